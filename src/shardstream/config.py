@@ -1,0 +1,141 @@
+"""The only module that reads the process environment.
+
+Every variable shardstream understands is listed in :data:`VARIABLES` and in
+``docs/environment.md``. Variables are read lazily (when a dataset is built, not at import), an
+explicit argument always wins over the environment, and an unknown ``SHARDSTREAM_*`` name logs a
+warning so a typo does not go unnoticed. WebDataset's ``WDS_*`` names are honoured where this
+library offers the same feature, with the ``SHARDSTREAM_*`` name taking precedence.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from .errors import ConfigurationError
+
+__all__ = ["VARIABLES", "Settings", "env_value", "read_settings", "UNSET", "pick"]
+
+log = logging.getLogger(__name__)
+
+PREFIX: Final = "SHARDSTREAM_"
+
+#: name -> (WebDataset alias or None, description). Kept in sync with docs/environment.md.
+VARIABLES: Final[dict[str, tuple[str | None, str]]] = {
+    "SHARDSTREAM_CACHE_DIR": ("WDS_CACHE", "directory of the shard cache; unset means no cache"),
+    "SHARDSTREAM_CACHE_SIZE": ("WDS_CACHE_SIZE", "cache size limit in bytes (suffixes K/M/G/T allowed)"),
+    "SHARDSTREAM_SEED": ("WDS_SEED", "default seed for shard and sample shuffles"),
+    "SHARDSTREAM_LOCK_TIMEOUT": (None, "seconds to wait for another process's download (default 600)"),
+    "SHARDSTREAM_RETRIES": (None, "attempts for a transient network fault (default 8)"),
+    "SHARDSTREAM_RETRY_DEADLINE": (None, "seconds a shard may spend retrying in total (default 300)"),
+    "SHARDSTREAM_ALLOW_PIPE": (None, "1 allows pipe: URLs process-wide (prefer allow_pipe= per dataset)"),
+    "SHARDSTREAM_LOG_LEVEL": (None, "level for the shardstream logger, e.g. DEBUG"),
+}
+
+
+class _Unset:
+    """Sentinel type: an argument the caller did not pass (distinct from ``None``)."""
+
+    _instance: _Unset | None = None
+
+    def __new__(cls) -> _Unset:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+    def __bool__(self) -> bool:
+        return False
+
+
+UNSET: Final = _Unset()
+
+
+def _warn_unknown(environ: Mapping[str, str]) -> None:
+    for name in environ:
+        if name.startswith(PREFIX) and name not in VARIABLES:
+            log.warning("unknown environment variable %s ignored; known: %s", name, ", ".join(VARIABLES))
+
+
+def env_value(name: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """Value of a known variable or its WebDataset alias, or ``None`` when neither is set."""
+    if name not in VARIABLES:
+        raise KeyError(f"{name} is not a shardstream variable")
+    env = os.environ if environ is None else environ
+    value = env.get(name)
+    alias = VARIABLES[name][0]
+    if value is None and alias is not None:
+        value = env.get(alias)
+    return value if value not in (None, "") else None
+
+
+_SUFFIXES = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_size(text: str | int, *, name: str = "size") -> int:
+    """Parse ``"10G"``, ``"512M"``, ``"1000"`` or an int into bytes."""
+    if isinstance(text, int):
+        return text
+    raw = text.strip().upper().removesuffix("IB").removesuffix("B")
+    unit = raw[-1:] if raw[-1:] in _SUFFIXES else ""
+    number = raw[: len(raw) - len(unit)] if unit else raw
+    try:
+        return int(float(number) * _SUFFIXES[unit])
+    except ValueError:
+        raise ConfigurationError(f"{name}={text!r} is not a size; use bytes or a suffix like 512M or 10G") from None
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Environment-derived defaults. Explicit arguments override every field."""
+
+    cache_dir: str | None = None
+    cache_size: int | None = None
+    seed: int | None = None
+    lock_timeout: float = 600.0
+    retries: int = 8
+    retry_deadline: float = 300.0
+    allow_pipe: bool = False
+
+
+def _number(name: str, value: str | None, kind: type[int] | type[float], default: float) -> float:
+    if value is None:
+        return default
+    try:
+        return kind(value)
+    except ValueError:
+        raise ConfigurationError(f"{name}={value!r} is not a number") from None
+
+
+def read_settings(environ: Mapping[str, str] | None = None) -> Settings:
+    """Read the environment now and return the defaults it sets."""
+    env = os.environ if environ is None else environ
+    _warn_unknown(env)
+    size = env_value("SHARDSTREAM_CACHE_SIZE", env)
+    seed = env_value("SHARDSTREAM_SEED", env)
+    level = env_value("SHARDSTREAM_LOG_LEVEL", env)
+    if level:
+        logging.getLogger("shardstream").setLevel(level.upper())
+    cache_size = parse_size(size, name="SHARDSTREAM_CACHE_SIZE") if size is not None else None
+    return Settings(
+        cache_dir=env_value("SHARDSTREAM_CACHE_DIR", env),
+        # WebDataset uses -1 for "unlimited"; normalise to None.
+        cache_size=None if cache_size is not None and cache_size < 0 else cache_size,
+        seed=int(_number("SHARDSTREAM_SEED", seed, int, 0)) if seed is not None else None,
+        lock_timeout=_number("SHARDSTREAM_LOCK_TIMEOUT", env_value("SHARDSTREAM_LOCK_TIMEOUT", env), float, 600.0),
+        retries=int(_number("SHARDSTREAM_RETRIES", env_value("SHARDSTREAM_RETRIES", env), int, 8)),
+        retry_deadline=_number(
+            "SHARDSTREAM_RETRY_DEADLINE", env_value("SHARDSTREAM_RETRY_DEADLINE", env), float, 300.0
+        ),
+        allow_pipe=env_value("SHARDSTREAM_ALLOW_PIPE", env) in ("1", "true", "yes"),
+    )
+
+
+def pick(explicit: object, env_default: object) -> object:
+    """Explicit argument if the caller passed one (anything but :data:`UNSET`), else the default."""
+    return env_default if explicit is UNSET else explicit

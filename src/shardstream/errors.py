@@ -1,0 +1,152 @@
+"""Exceptions raised by shardstream.
+
+Every exception subclasses the matching built-in, so ``except OSError`` or ``except ValueError``
+clauses written for WebDataset keep working::
+
+    ShardStreamError
+    ├── ShardFormatError (ValueError)        corrupt or truncated tar; names url, member, offset
+    ├── DecodingError (ValueError)           a member could not be decoded
+    ├── UnsafeOperationError (PermissionError)  pickle decoding or pipe: used without opting in
+    ├── ConfigurationError (ValueError)      bad argument or spec; the message says the fix
+    │   └── SplitError                       fewer shards than ranks x workers, and similar
+    ├── SourceError (OSError)                opening or reading a URL failed
+    │   ├── ShardNotFoundError (FileNotFoundError)  404 / missing file / unknown bucket
+    │   ├── AccessDeniedError (PermissionError)     401 / 403 / bad credentials
+    │   ├── TransientSourceError (ConnectionError)  reset, timeout, 5xx: retried with resume
+    │   └── PipeCommandError                 a pipe: command exited with a failing status
+    └── CacheError (OSError)                 the shard cache cannot be used
+        └── CacheLockTimeout (TimeoutError)  waited too long for another process's download
+
+Messages state the value, the likely cause and the fix. They never contain credentials: URLs
+are passed through :func:`redact_url` before they are formatted.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = [
+    "AccessDeniedError",
+    "CacheError",
+    "CacheLockTimeout",
+    "ConfigurationError",
+    "DecodingError",
+    "PipeCommandError",
+    "ShardFormatError",
+    "ShardNotFoundError",
+    "ShardStreamError",
+    "SourceError",
+    "SplitError",
+    "TransientSourceError",
+    "UnsafeOperationError",
+    "redact_url",
+]
+
+_USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
+_SECRET_QUERY = re.compile(
+    r"(?i)([?&](?:x-amz-signature|x-amz-credential|x-amz-security-token|signature|sig|token|"
+    r"access_key|secret|password|aws_secret_access_key)=)[^&\s]*"
+)
+
+
+def redact_url(url: object) -> str:
+    """Return ``url`` as a string with user info and signature-like query values removed."""
+    text = str(url)
+    text = _USERINFO.sub(r"\g<scheme>***@", text)
+    return _SECRET_QUERY.sub(r"\1***", text)
+
+
+class ShardStreamError(Exception):
+    """Base class of every shardstream exception."""
+
+
+class ShardFormatError(ShardStreamError, ValueError):
+    """A shard is not a valid (or complete) tar stream.
+
+    Attributes:
+        url: the shard's URL (credentials removed).
+        member: the member being read, or ``None`` when the header itself was unreadable.
+        offset: byte offset in the (uncompressed) tar stream where the problem was found.
+    """
+
+    def __init__(self, reason: str, *, url: object, member: str | None, offset: int) -> None:
+        self.url = redact_url(url)
+        self.member = member
+        self.offset = offset
+        self.reason = reason
+        where = f"member {member!r}" if member is not None else "a member header"
+        super().__init__(
+            f"{reason} in shard {self.url} at {where}, byte offset {offset}. The shard is corrupt "
+            "or was cut short (an interrupted download or copy); re-create or re-download it, or "
+            "pass handler=warn_and_continue to skip it and go on."
+        )
+
+
+class DecodingError(ShardStreamError, ValueError):
+    """A sample member could not be decoded.
+
+    Attributes:
+        url, key, extension: where the member came from.
+    """
+
+    def __init__(self, message: str, *, url: object = None, key: object = None, extension: str = "") -> None:
+        self.url = redact_url(url) if url is not None else None
+        self.key = key
+        self.extension = extension
+        super().__init__(message)
+
+
+class UnsafeOperationError(ShardStreamError, PermissionError):
+    """An operation that can run arbitrary code was requested without opting in."""
+
+
+class ConfigurationError(ShardStreamError, ValueError):
+    """An argument, URL spec or setting cannot be used as given."""
+
+
+class SplitError(ConfigurationError):
+    """Shards cannot be split over the ranks and workers as requested."""
+
+
+class SourceError(ShardStreamError, OSError):
+    """Opening or reading a URL failed.
+
+    Attributes:
+        url: the URL (credentials removed).
+        status: HTTP-like status code when the backend reported one, else ``None``.
+    """
+
+    def __init__(self, message: str, *, url: object = None, status: int | None = None) -> None:
+        self.url = redact_url(url) if url is not None else None
+        self.status = status
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class ShardNotFoundError(SourceError, FileNotFoundError):
+    """The URL names nothing: missing file, missing key (404) or unknown bucket."""
+
+
+class AccessDeniedError(SourceError, PermissionError):
+    """The server refused access (401/403), usually wrong or missing credentials."""
+
+
+class TransientSourceError(SourceError, ConnectionError):
+    """A fault worth retrying: connection reset, timeout, throttling or a 5xx status."""
+
+
+class PipeCommandError(SourceError):
+    """A ``pipe:`` command exited with a failing status after its output was read to the end."""
+
+
+class CacheError(ShardStreamError, OSError):
+    """The shard cache directory cannot be used."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class CacheLockTimeout(CacheError, TimeoutError):
+    """Waited longer than the lock timeout for another process to finish a download."""
