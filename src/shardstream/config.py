@@ -139,3 +139,40 @@ def read_settings(environ: Mapping[str, str] | None = None) -> Settings:
 def pick(explicit: object, env_default: object) -> object:
     """Explicit argument if the caller passed one (anything but :data:`UNSET`), else the default."""
     return env_default if explicit is UNSET else explicit
+
+
+@dataclass(frozen=True)
+class LauncherEnv:
+    """Rank variables set by a launcher (torchrun first, then SLURM); ``None`` where unset."""
+
+    rank: int | None = None
+    world_size: int | None = None
+    local_rank: int | None = None
+    local_world_size: int | None = None
+    source: str = "none"
+
+
+def _int(env: Mapping[str, str], name: str) -> int | None:
+    value = env.get(name)
+    if value in (None, ""):
+        return None
+    try:
+        return int(value)  # type: ignore[arg-type]
+    except ValueError:
+        raise ConfigurationError(f"environment variable {name}={value!r} is not an integer") from None
+
+
+def launcher_env(environ: Mapping[str, str] | None = None) -> LauncherEnv:
+    """Read torchrun's (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE) or SLURM's variables."""
+    env = os.environ if environ is None else environ
+    if "RANK" in env and "WORLD_SIZE" in env:
+        return LauncherEnv(
+            _int(env, "RANK"), _int(env, "WORLD_SIZE"), _int(env, "LOCAL_RANK"), _int(env, "LOCAL_WORLD_SIZE"),
+            "torchrun",
+        )
+    if "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
+        ntasks_per_node = _int(env, "SLURM_NTASKS_PER_NODE") if env.get("SLURM_NTASKS_PER_NODE", "").isdigit() else None
+        return LauncherEnv(
+            _int(env, "SLURM_PROCID"), _int(env, "SLURM_NTASKS"), _int(env, "SLURM_LOCALID"), ntasks_per_node, "slurm"
+        )
+    return LauncherEnv()

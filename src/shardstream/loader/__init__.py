@@ -1,0 +1,5 @@
+"""PyTorch integration: WebLoader."""
+
+from .loader import WebLoader
+
+__all__ = ["WebLoader"]

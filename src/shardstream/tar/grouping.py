@@ -1,0 +1,92 @@
+"""Tar members -> samples: consecutive members sharing a key form one sample dict.
+
+Key rules follow WebDataset: the key is the directory plus the basename up to its first dot, the
+extension is everything after that dot (lower-cased by default). Members whose basename has no
+dot, or starts with a dot, belong to no sample and are skipped. Top-level ``__name__`` members and
+anything under a ``__name__/`` directory are metadata and skipped. A repeated extension within one
+sample is a format error, since one of the two values would otherwise be silently lost.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from ..errors import ShardFormatError
+
+__all__ = ["group_samples", "split_key"]
+
+_META = re.compile(r"__[^/]*__($|/)")
+
+
+def split_key(name: str) -> tuple[str, str] | None:
+    """``"dir/a.b.jpg"`` -> ``("dir/a", "b.jpg")``; ``None`` when the basename has no usable dot."""
+    slash = name.rfind("/")
+    dot = name.find(".", slash + 1)
+    if dot <= slash + 1:  # no dot in the basename, or a leading dot
+        return None
+    return name[:dot], name[dot + 1 :]
+
+
+def group_samples(
+    members: Iterable[tuple[str, bytes, int]],
+    url: str,
+    *,
+    local_path: str | None = None,
+    lcase: bool = True,
+    suffixes: set[str] | None = None,
+    select_files: Callable[[str], bool] | None = None,
+    rename_files: Callable[[str], str] | None = None,
+) -> Iterator[dict[str, Any]]:
+    """Group ``(name, data, offset)`` members of one shard into sample dicts.
+
+    Each sample has ``__key__``, ``__url__`` (and ``__local_path__`` when the shard is a local
+    file) plus one entry per extension.
+
+    Args:
+        members: output of :func:`shardstream.tar.reader.iter_members` for one shard.
+        url: the shard URL, stored in ``__url__``.
+        local_path: stored in ``__local_path__`` when given.
+        lcase: lower-case extensions (default True, as WebDataset).
+        suffixes: keep only these extensions (others are dropped, the sample is kept).
+        select_files: keep only member names for which this returns True.
+        rename_files: map member names before splitting them into key and extension.
+    """
+    sample: dict[str, Any] | None = None
+    key: str | None = None
+    for name, data, offset in members:
+        if name[:2] == "__" and _META.match(name):
+            continue
+        if rename_files is not None:
+            name = rename_files(name)
+        if select_files is not None and not select_files(name):
+            continue
+        # Inline split_key: this loop runs once per member on the hot path.
+        slash = name.rfind("/")
+        dot = name.find(".", slash + 1)
+        if dot <= slash + 1:
+            continue
+        prefix = name[:dot]
+        ext = name[dot + 1 :]
+        if lcase:
+            ext = ext.lower()
+        if prefix != key:
+            if sample is not None and len(sample) > 2:
+                yield sample
+            key = prefix
+            sample = {"__key__": prefix, "__url__": url}
+            if local_path is not None:
+                sample["__local_path__"] = local_path
+        assert sample is not None
+        if ext in sample:
+            raise ShardFormatError(
+                f"duplicate extension {ext!r} for key {prefix!r} (two members map to one field)",
+                url=url,
+                member=name,
+                offset=offset,
+            )
+        if suffixes is None or ext in suffixes:
+            sample[ext] = data
+    if sample is not None and len(sample) > 2:
+        yield sample
