@@ -1,0 +1,136 @@
+"""The shard index ``_info.json``: per-shard sample counts written next to the shards.
+
+Format (version 1)::
+
+    {"format": "shardstream-index", "version": 1,
+     "shards": [{"url": "train-000000.tar", "samples": 1000, "bytes": 52428800}, ...]}
+
+``url`` is the shard's basename, so a directory of shards and its index can be moved or copied
+(to S3, say) together. Splitting code uses the counts to compute ``len()`` and equal batch counts
+per rank without opening the shards.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any, TypedDict
+
+from ..errors import ConfigurationError, ShardNotFoundError
+from ..sources import create_url, open_url
+
+__all__ = [
+    "INDEX_FORMAT",
+    "INDEX_NAME",
+    "IndexEntry",
+    "index_url",
+    "read_index",
+    "read_index_entries",
+    "write_index",
+]
+
+log = logging.getLogger(__name__)
+
+INDEX_NAME = "_info.json"
+INDEX_FORMAT = "shardstream-index"
+_VERSION = 1
+
+
+class IndexEntry(TypedDict):
+    """One shard in the index."""
+
+    url: str
+    samples: int
+    bytes: int
+
+
+def index_url(url_or_dir: str) -> str:
+    """The index URL for a directory/prefix URL, or ``url_or_dir`` itself if it ends in ``.json``."""
+    if url_or_dir.endswith(".json"):
+        return url_or_dir
+    return url_or_dir.rstrip("/") + "/" + INDEX_NAME if url_or_dir else INDEX_NAME
+
+
+def read_index_entries(
+    url_or_dir: str, *, storage_options: Mapping[str, Any] | None = None
+) -> list[IndexEntry]:
+    """The index's shard entries, sorted by shard name.
+
+    Args:
+        url_or_dir: the directory (or URL prefix) holding the shards, or the index file's URL.
+        storage_options: passed to the URL's source.
+
+    Raises:
+        ShardNotFoundError: no index there.
+        ConfigurationError: the file is not a shardstream index of a known version.
+    """
+    url = index_url(url_or_dir)
+    with open_url(url, storage_options=storage_options) as stream:
+        raw = stream.read()
+    try:
+        data = json.loads(raw)
+    except ValueError as exc:
+        raise ConfigurationError(
+            f"index {url} is not valid JSON ({exc}); delete it or rewrite the shards"
+        ) from exc
+    if not isinstance(data, dict) or data.get("format") != INDEX_FORMAT:
+        raise ConfigurationError(f'{url} is not a shardstream index (no "format": "{INDEX_FORMAT}")')
+    if data.get("version") != _VERSION:
+        raise ConfigurationError(
+            f"index {url} has version {data.get('version')!r}; this shardstream reads version {_VERSION}. "
+            "Upgrade shardstream or rewrite the index."
+        )
+    entries: list[IndexEntry] = []
+    for item in data.get("shards", []):
+        try:
+            entries.append(
+                IndexEntry(url=str(item["url"]), samples=int(item["samples"]), bytes=int(item["bytes"]))
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigurationError(f"index {url} has a malformed shard entry {item!r}") from exc
+    return entries
+
+
+def read_index(url_or_dir: str, *, storage_options: Mapping[str, Any] | None = None) -> dict[str, int]:
+    """Map each shard's basename to its sample count (see :func:`read_index_entries`)."""
+    return {e["url"]: e["samples"] for e in read_index_entries(url_or_dir, storage_options=storage_options)}
+
+
+def write_index(
+    url_or_dir: str,
+    entries: Iterable[IndexEntry],
+    *,
+    merge: bool = True,
+    storage_options: Mapping[str, Any] | None = None,
+) -> str:
+    """Write (or update) an index; returns its URL.
+
+    Args:
+        url_or_dir: directory/prefix URL of the shards, or the index file's URL.
+        entries: shard entries; ``url`` should be the shard's basename.
+        merge: keep entries of an existing index for shards not in ``entries``, so writers with
+            different patterns (``train-%06d.tar``, ``val-%06d.tar``) can share a directory. Two
+            processes updating one index at the same moment can still lose an update.
+        storage_options: passed to the URL's source.
+    """
+    url = index_url(url_or_dir)
+    new = list(entries)
+    merged: dict[str, IndexEntry] = {}
+    if merge:
+        try:
+            merged = {e["url"]: e for e in read_index_entries(url, storage_options=storage_options)}
+        except ShardNotFoundError:
+            pass
+        except ConfigurationError as exc:
+            log.warning("replacing unreadable index %s: %s", url, exc)
+    for entry in new:
+        merged[entry["url"]] = entry
+    shards = sorted(merged.values(), key=lambda e: e["url"])
+    # One shard per line: readable, and diffs stay small when shards are added.
+    lines = ",\n  ".join(json.dumps(dict(e)) for e in shards)
+    text = f'{{"format": "{INDEX_FORMAT}", "version": {_VERSION}, "shards": [\n  {lines}\n]}}\n'
+    with create_url(url, storage_options=storage_options) as stream:
+        stream.write(text.encode("utf-8"))
+    log.info("wrote index %s (%d shards)", url, len(merged))
+    return url
