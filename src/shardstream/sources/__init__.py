@@ -31,6 +31,10 @@ __all__ = [
 _REGISTRY: dict[str, tuple[str, str | None]] = {
     "file": ("shardstream.sources.file:FileSource", None),
     "memory": ("shardstream.sources.memory:MemorySource", None),
+    "http": ("shardstream.sources.http:HTTPSource", None),
+    "https": ("shardstream.sources.http:HTTPSource", None),
+    "s3": ("shardstream.sources.s3:S3Source", "s3"),
+    "pipe": ("shardstream.sources.pipe:PipeSource", None),
 }
 _instances: dict[tuple[int, str, str], Source] = {}
 _lock = threading.Lock()

@@ -1,0 +1,163 @@
+"""``http://`` and ``https://`` URLs, with keep-alive connections, timeouts and resume by Range."""
+
+from __future__ import annotations
+
+import base64
+import functools
+import ssl
+from collections.abc import Mapping
+from typing import BinaryIO, cast
+from urllib.parse import unquote, urlsplit
+
+from ..config import UNSET
+from ..errors import SourceError
+from ._httpclient import ConnectionPool, PooledBody, network_error, status_error
+from ._resume import Opened, ResumableReader
+from ._retry import RetryPolicy
+from .base import ObjectInfo
+
+__all__ = ["HTTPSource", "ssl_context"]
+
+
+def ssl_context(verify: bool | str) -> ssl.SSLContext:
+    """TLS context: system CAs (``True``), a CA bundle file or directory, or no checks (``False``)."""
+    if verify is False:
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        return ctx
+    if isinstance(verify, str):
+        import os.path
+
+        if os.path.isdir(verify):
+            return ssl.create_default_context(capath=verify)
+        return ssl.create_default_context(cafile=verify)
+    return ssl.create_default_context()
+
+
+def _error_detail(body: PooledBody) -> str:
+    """First bytes of an error response, for the message (the body is closed)."""
+    try:
+        buf = bytearray(512)
+        n = body.readinto(memoryview(buf))
+        return buf[:n].decode("utf-8", "replace").strip().replace("\n", " ")[:200]
+    except Exception:
+        return ""
+    finally:
+        body.close()
+
+
+def content_range_total(value: str | None) -> int | None:
+    """Total size from ``Content-Range: bytes a-b/total`` (``None`` when absent or ``*``)."""
+    if not value or "/" not in value:
+        return None
+    total = value.rsplit("/", 1)[1].strip()
+    return int(total) if total.isdigit() else None
+
+
+class _Skipping:
+    """A body whose first ``skip`` bytes are discarded (servers that ignore Range)."""
+
+    def __init__(self, body: PooledBody, skip: int) -> None:
+        self._body = body
+        self._skip = skip
+
+    def readinto(self, buffer: memoryview, /) -> int:
+        while self._skip:
+            n = self._body.readinto(buffer[: min(len(buffer), self._skip)])
+            if n == 0:
+                return 0
+            self._skip -= n
+        return self._body.readinto(buffer)
+
+    def close(self) -> None:
+        self._body.close()
+
+
+class HTTPSource:
+    """Reads ``http(s)://`` URLs with pooled keep-alive connections and resumable streams.
+
+    Args:
+        connect_timeout: seconds to establish a connection (default 10).
+        read_timeout: seconds without data before a read times out and is retried (default 60).
+        headers: extra request headers, e.g. ``{"Authorization": "Bearer ..."}``; never logged.
+        verify: ``True`` (system CAs), a CA bundle path, or ``False`` to skip TLS checks.
+        retries: attempts per fault, first included (default ``SHARDSTREAM_RETRIES``).
+        retry_deadline: seconds one stream may spend retrying (default ``SHARDSTREAM_RETRY_DEADLINE``).
+    """
+
+    def __init__(
+        self,
+        *,
+        connect_timeout: float = 10.0,
+        read_timeout: float = 60.0,
+        headers: Mapping[str, str] | None = None,
+        verify: bool | str = True,
+        retries: int | object = UNSET,
+        retry_deadline: float | object = UNSET,
+    ) -> None:
+        self._headers = dict(headers or {})
+        self.policy = RetryPolicy.from_options(retries=retries, retry_deadline=retry_deadline)
+        self.pool = ConnectionPool(
+            connect_timeout=connect_timeout, read_timeout=read_timeout, ssl_context=ssl_context(verify)
+        )
+
+    def __repr__(self) -> str:  # header values may be secrets: show names only
+        return f"HTTPSource(headers={sorted(self._headers)}, policy={self.policy!r})"
+
+    def _request(self, method: str, url: str, headers: dict[str, str]) -> PooledBody:
+        parts = urlsplit(url)
+        if parts.username is not None:  # http://user:password@host/...: HTTP Basic authentication
+            token = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
+            headers = {"Authorization": "Basic " + base64.b64encode(token).decode("ascii"), **headers}
+        return self.pool.request(method, url, headers={**self._headers, **headers})
+
+    def _opener(self, url: str, offset: int, etag: str | None) -> Opened:
+        headers = {"Accept-Encoding": "identity"}
+        if offset:
+            headers["Range"] = f"bytes={offset}-"
+        if etag and not etag.startswith("W/"):
+            headers["If-Match"] = etag
+        body = self._request("GET", url, headers)
+        resp = body.response
+        if resp.status >= 300:
+            raise status_error(resp.status, url, detail=_error_detail(body))
+        length = resp.getheader("Content-Length")
+        if resp.status == 206:
+            size = content_range_total(resp.getheader("Content-Range"))
+            return Opened(body, size, resp.getheader("ETag"))
+        size = int(length) if length and length.isdigit() else None
+        if offset:  # the server ignored Range: skip to the offset ourselves
+            return Opened(_Skipping(body, offset), size, resp.getheader("ETag"))
+        return Opened(body, size, resp.getheader("ETag"))
+
+    def open(self, url: str, *, offset: int = 0) -> BinaryIO:
+        """Open ``url`` from byte ``offset``; transient faults are retried and resumed."""
+        reader = ResumableReader(
+            url,
+            functools.partial(self._opener, url),
+            translate=functools.partial(network_error, url=url),
+            offset=offset,
+            policy=self.policy,
+        )
+        return cast(BinaryIO, reader)
+
+    def stat(self, url: str) -> ObjectInfo:
+        """Size and ETag from a ``HEAD`` request."""
+        try:
+            body = self._request("HEAD", url, {"Accept-Encoding": "identity"})
+        except SourceError:
+            raise
+        except Exception as exc:
+            raise network_error(exc, url) from exc
+        resp = body.response
+        body.finish()
+        if resp.status >= 300:
+            raise status_error(resp.status, url, action="stat")
+        length = resp.getheader("Content-Length")
+        return ObjectInfo(
+            size=int(length) if length and length.isdigit() else None, etag=resp.getheader("ETag")
+        )
+
+    def close(self) -> None:
+        self.pool.close()
