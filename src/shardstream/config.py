@@ -31,7 +31,6 @@ VARIABLES: Final[dict[str, tuple[str | None, str]]] = {
     "SHARDSTREAM_LOCK_TIMEOUT": (None, "seconds to wait for another process's download (default 600)"),
     "SHARDSTREAM_RETRIES": (None, "attempts for a transient network fault (default 8)"),
     "SHARDSTREAM_RETRY_DEADLINE": (None, "seconds a shard may spend retrying in total (default 300)"),
-    "SHARDSTREAM_ALLOW_PIPE": (None, "1 allows pipe: URLs process-wide (prefer allow_pipe= per dataset)"),
     "SHARDSTREAM_LOG_LEVEL": (None, "level for the shardstream logger, e.g. DEBUG"),
 }
 
@@ -100,7 +99,6 @@ class Settings:
     lock_timeout: float = 600.0
     retries: int = 8
     retry_deadline: float = 300.0
-    allow_pipe: bool = False
 
 
 def _number(name: str, value: str | None, kind: type[int] | type[float], default: float) -> float:
@@ -132,7 +130,6 @@ def read_settings(environ: Mapping[str, str] | None = None) -> Settings:
         retry_deadline=_number(
             "SHARDSTREAM_RETRY_DEADLINE", env_value("SHARDSTREAM_RETRY_DEADLINE", env), float, 300.0
         ),
-        allow_pipe=env_value("SHARDSTREAM_ALLOW_PIPE", env) in ("1", "true", "yes"),
     )
 
 

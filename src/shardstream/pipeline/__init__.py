@@ -1,10 +1,9 @@
-"""Composable stages and the two pipeline surfaces (explicit and fluent)."""
+"""Composable stages and the explicit DataPipeline (the fluent WebDataset is in ``fluent``)."""
 
 from .base import FunctionStage, PipelineStage, Stage, StageStats, pipelinefilter
 from .batch import batched, default_collation_fn, listed, unbatched, unlisted
 from .decode import decode
 from .fields import extract_keys, getfirst, rename, rename_keys, to_tuple
-from .fluent import FluidInterface, FluidWrapper, WebDataset, check_empty
 from .handlers import ignore_and_continue, ignore_and_stop, reraise_exception, warn_and_continue, warn_and_stop
 from .map import map, map_dict, map_tuple, select, transform_with
 from .pipeline import DataPipeline
@@ -12,15 +11,11 @@ from .shuffle import detshuffle, shuffle
 
 __all__ = [
     "DataPipeline",
-    "FluidInterface",
-    "FluidWrapper",
     "FunctionStage",
     "PipelineStage",
     "Stage",
     "StageStats",
-    "WebDataset",
     "batched",
-    "check_empty",
     "decode",
     "default_collation_fn",
     "detshuffle",

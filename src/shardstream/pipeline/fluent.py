@@ -6,7 +6,6 @@ fluent and explicit (:class:`DataPipeline`) surfaces share one implementation.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -15,7 +14,7 @@ from ..shards.spec import ResampledShards, SimpleShardList, expand_urls
 from ..shards.split import single_node_only, split_by_worker
 from ..shards.world import World, derive_seed
 from ..tar.samples import Opener, TarSamples
-from . import batch, fields
+from . import batch, extra, fields
 from . import map as map_stages
 from .base import Stage
 from .decode import Decode
@@ -70,39 +69,19 @@ class FluidInterface:
         return self.compose(map_stages.map_tuple(*args, handler=handler))
 
     def slice(self, *args: int | None) -> Any:
-        return self.compose(_Slice(*args))
+        return self.compose(extra.slice(*args))
 
     def rename(self, **kw: Any) -> Any:
         return self.compose(fields.rename(**kw))
 
     def rsample(self, p: float = 0.5) -> Any:
-        return self.compose(_RandomSample(p))
+        return self.compose(extra.rsample(p))
 
     def rename_keys(self, *args: Any, **kw: Any) -> Any:
         return self.compose(fields.rename_keys(*args, **kw))
 
     def extract_keys(self, *args: str, **kw: Any) -> Any:
         return self.compose(fields.extract_keys(*args, **kw))
-
-
-class _Slice(Stage):
-    def __init__(self, *args: int | None) -> None:
-        self.args = args
-
-    def run(self, src: Iterator[Any]) -> Iterator[Any]:
-        return itertools.islice(src, *self.args)
-
-
-class _RandomSample(Stage):
-    def __init__(self, p: float) -> None:
-        self.p = p
-
-    def run(self, src: Iterator[Any]) -> Iterator[Any]:
-        import random
-
-        world = World.current()
-        draw = random.Random(derive_seed(None, "rsample", self.epoch, world.rank, world.worker)).random
-        return (x for x in src if draw() < self.p)
 
 
 class ShardShuffle(Stage):

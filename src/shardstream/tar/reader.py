@@ -103,10 +103,6 @@ def iter_members(
             member and byte offset (of the uncompressed tar stream).
     """
     reader: _Readable = stream
-    buf = stream.read(blocksize)
-    if buf[:2] == b"\x1f\x8b":
-        reader = _GzipReader(stream, buf, blocksize)
-        buf = reader.read()
     pos = 0  # position of the next header in buf
     base = 0  # stream offset of buf[0]
     long_name: str | None = None
@@ -117,6 +113,10 @@ def iter_members(
         return ShardFormatError(reason, url=url, member=member, offset=at)
 
     try:
+        buf = stream.read(blocksize)
+        if buf[:2] == b"\x1f\x8b":
+            reader = _GzipReader(stream, buf, blocksize)
+            buf = reader.read()
         while True:
             if len(buf) - pos < _BLOCK:
                 more = reader.read(blocksize)

@@ -1,0 +1,96 @@
+"""WebDataset-compatible ``tariterators``: dict-based building blocks over our reader.
+
+These keep WebDataset's item shapes (``{"url", "stream"}``, ``{"fname", "data", "__url__"}``)
+for code that composes them by hand; the fast path is :class:`shardstream.tar.TarSamples`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from ..pipeline.base import pipelinefilter
+from ..pipeline.handlers import Handler, reraise_exception
+from ..sources import open_url
+from ..tar.grouping import group_samples, split_key
+from ..tar.reader import iter_members
+from ..tar.samples import tarfile_samples, tarfile_to_samples
+
+__all__ = ["base_plus_ext", "group_by_keys", "tar_file_expander", "tar_file_iterator", "tarfile_samples",
+           "tarfile_to_samples", "url_opener", "valid_sample"]
+
+
+def base_plus_ext(path: str) -> tuple[str | None, str | None]:
+    """``"dir/a.b.c"`` -> ``("dir/a", "b.c")``; ``(None, None)`` without a usable dot."""
+    parts = split_key(path)
+    return (None, None) if parts is None else parts
+
+
+def valid_sample(sample: Any) -> bool:
+    return isinstance(sample, dict) and len(sample) > 0 and not sample.get("__bad__", False)
+
+
+def url_opener(data: Iterable[dict[str, Any]], handler: Handler = reraise_exception, **kw: Any) -> Iterator[dict[str, Any]]:
+    """``{"url"}`` -> ``{"url", "stream"}``."""
+    for sample in data:
+        try:
+            yield {**sample, "stream": open_url(sample["url"], **kw)}
+        except Exception as exn:
+            if handler(exn):
+                continue
+            break
+
+
+def tar_file_iterator(fileobj: Any, skip_meta: Any = None, handler: Handler = reraise_exception,
+                      select_files: Callable[[str], bool] | None = None,
+                      rename_files: Callable[[str], str] | None = None) -> Iterator[dict[str, Any]]:
+    """``{"fname", "data"}`` for each regular member of an open tar stream."""
+    try:
+        for name, data, _offset in iter_members(fileobj):
+            if rename_files is not None:
+                name = rename_files(name)
+            if select_files is not None and not select_files(name):
+                continue
+            yield {"fname": name, "data": data}
+    except Exception as exn:
+        if not handler(exn):
+            return
+
+
+def tar_file_expander(data: Iterable[dict[str, Any]], handler: Handler = reraise_exception,
+                      select_files: Callable[[str], bool] | None = None,
+                      rename_files: Callable[[str], str] | None = None,
+                      eof_value: Any = None) -> Iterator[dict[str, Any]]:
+    """``{"url", "stream"}`` -> ``{"fname", "data", "__url__"}`` for every member."""
+    for source in data:
+        url = source["url"]
+        stream = source["stream"]
+        try:
+            for item in tar_file_iterator(stream, handler=handler, select_files=select_files,
+                                          rename_files=rename_files):
+                item["__url__"] = url
+                yield item
+            if eof_value is not None:
+                yield eof_value
+        finally:
+            stream.close()
+
+
+def group_by_keys(data: Iterable[dict[str, Any]], keys: Any = None, lcase: bool = True,
+                  suffixes: set[str] | None = None, handler: Handler = reraise_exception) -> Iterator[dict[str, Any]]:
+    """``{"fname", "data", "__url__"}`` items -> samples (consecutive members with one key)."""
+    url = None
+    batch: list[tuple[str, bytes, int]] = []
+    for item in data:
+        if not item:
+            continue
+        if item["__url__"] != url and batch:
+            yield from group_samples(batch, str(url), lcase=lcase, suffixes=suffixes)
+            batch = []
+        url = item["__url__"]
+        batch.append((item["fname"], item["data"], -1))
+    if batch:
+        yield from group_samples(batch, str(url), lcase=lcase, suffixes=suffixes)
+
+
+url_opener_stage = pipelinefilter(url_opener)

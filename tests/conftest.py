@@ -1,0 +1,66 @@
+"""Shared fixtures: a clean environment and a shard factory that uses our own writer."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shardstream.tar.sharded_writer import ShardWriter
+
+ENV_PREFIXES = ("SHARDSTREAM_", "WDS_")
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Tests never see the developer's SHARDSTREAM_*/WDS_* or launcher variables."""
+    for name in list(os.environ):
+        if name.startswith(ENV_PREFIXES) or name in (
+            "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS",
+            "SLURM_LOCALID",
+        ):
+            monkeypatch.delenv(name, raising=False)
+    yield
+
+
+ShardFactory = Callable[..., tuple[str, list[str]]]
+
+
+@pytest.fixture
+def make_shards(tmp_path: Path) -> ShardFactory:
+    """Build shards with ShardWriter; returns (brace spec, keys in write order).
+
+    ``make_shards(counts=[3, 5], fields=lambda shard, i: {...}, name="data")`` writes one shard per
+    entry of ``counts`` with that many samples. Default fields: ``txt`` and ``cls``.
+    """
+
+    def factory(
+        counts: list[int] | None = None,
+        fields: Callable[[int, int], dict[str, Any]] | None = None,
+        name: str = "data",
+        directory: Path | None = None,
+    ) -> tuple[str, list[str]]:
+        counts = counts or [10, 10, 10]
+        out = directory or tmp_path / name
+        out.mkdir(parents=True, exist_ok=True)
+        keys: list[str] = []
+        urls: list[str] = []
+        for shard, count in enumerate(counts):
+            # One ShardWriter per shard so that each shard has exactly counts[shard] samples.
+            with ShardWriter(str(out / f"{name}-{shard:06d}-%d.tar"), maxcount=max(count, 1), index=False) as w:
+                for i in range(count):
+                    key = f"s{shard:03d}_{i:05d}"
+                    sample = {"__key__": key, **(fields(shard, i) if fields else {"txt": f"text {shard} {i}", "cls": i})}
+                    w.write(sample)
+                    keys.append(key)
+            urls.append(str(out / f"{name}-{shard:06d}-0.tar"))
+        for shard, count in enumerate(counts):
+            if count == 0:
+                # ShardWriter writes no file for an empty shard: make an empty (valid) tar.
+                Path(urls[shard]).write_bytes(bytes(1024))
+        return f"{out}/{name}-{{{0:06d}..{len(counts) - 1:06d}}}-0.tar", keys
+
+    return factory
