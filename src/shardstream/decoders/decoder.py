@@ -1,0 +1,309 @@
+"""The Decoder: runs WebDataset-style handlers over every field of a sample, dispatched by extension.
+
+A handler is ``handler(key, data)`` where ``key`` is the field name with a leading dot
+(``".jpg"``, ``".seg.png"``); it returns the decoded value, ``None`` to pass, or
+:class:`Continue` to hand a rewritten key and data to the handlers after it (used for ``.gz``).
+For each field the first non-``None`` result wins; with no taker the bytes stay as they are.
+
+Dispatch is precomputed. Handlers that declare ``dispatch_extensions`` (a frozenset of last
+extension components, as every handler in this package does) are only called for fields whose
+last component is in that set; other callables are called for every field. The ordered list of
+candidate handlers is built once per field name and cached, so decoding a field costs one dict
+lookup plus the handler that takes it.
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from ..errors import ConfigurationError, DecodingError, UnsafeOperationError, redact_url
+from .basic import BasicHandlers, basichandlers
+from .image import imagehandler
+
+__all__ = [
+    "Continue",
+    "Decoder",
+    "ExtensionHandler",
+    "Handler",
+    "call_extension_handler",
+    "default_decoder",
+    "default_post_handlers",
+    "default_pre_handlers",
+    "gzfilter",
+    "handle_extension",
+    "make_decoder",
+]
+
+log = logging.getLogger(__name__)
+
+#: ``handler(".ext", data) -> value | None | Continue``.
+Handler = Callable[[str, bytes], Any]
+_Plan = tuple[tuple[int, Handler], ...]
+_MAX_PLANS = 4096  # field names are few in practice; bound the cache against pathological data
+
+
+class Continue:
+    """Returned by a handler to continue decoding with a new key and data (e.g. after gunzip).
+
+    Args:
+        key: the rewritten key, with its leading dot (``".json"`` for ``".json.gz"``).
+        data: the new bytes.
+    """
+
+    __slots__ = ("data", "key")
+
+    def __init__(self, key: str, data: bytes) -> None:
+        self.key, self.data = key, data
+
+
+class _GzFilter:
+    """Gunzips ``*.gz`` fields and continues decoding with the inner extension."""
+
+    dispatch_extensions = frozenset({"gz"})
+
+    def __call__(self, key: str, data: bytes) -> Continue | None:
+        if not key.endswith(".gz"):
+            return None
+        return Continue(key[:-3], gzip.decompress(data))
+
+    def __repr__(self) -> str:
+        return "gzfilter"
+
+
+#: WebDataset's ``gzfilter`` pre-handler.
+gzfilter = _GzFilter()
+
+
+def call_extension_handler(
+    key: str, data: bytes, f: Callable[[bytes], Any], extensions: Iterable[str]
+) -> Any:
+    """``f(data)`` if ``key`` ends with one of the dotted ``extensions`` (case-insensitive), else None."""
+    parts = key.lower().split(".")
+    for target in extensions:
+        wanted = target.lower().split(".")
+        if len(wanted) <= len(parts) and parts[-len(wanted) :] == wanted:
+            return f(data)
+    return None
+
+
+class ExtensionHandler:
+    """Calls ``f(data)`` for fields ending in one of ``extensions`` (see :func:`handle_extension`)."""
+
+    def __init__(self, extensions: str | Iterable[str], f: Callable[[bytes], Any]) -> None:
+        names = extensions.split() if isinstance(extensions, str) else list(extensions)
+        self.extensions = [name.lower() for name in names]
+        self.targets = [name.split(".") for name in self.extensions]
+        self.dispatch_extensions = frozenset(t[-1] for t in self.targets)
+        self.f = f
+
+    def __call__(self, key: str, data: bytes) -> Any:
+        parts = key.lower().split(".")
+        for wanted in self.targets:
+            if len(wanted) <= len(parts) and parts[-len(wanted) :] == wanted:
+                return self.f(data)
+        return None
+
+    def __repr__(self) -> str:
+        return f"handle_extension({' '.join(self.extensions)!r}, {getattr(self.f, '__name__', self.f)!r})"
+
+
+def handle_extension(extensions: str | Iterable[str], f: Callable[[bytes], Any]) -> ExtensionHandler:
+    """A handler calling ``f(data)`` for the given extensions.
+
+    Args:
+        extensions: space-separated (or a list); an entry may have dots, e.g. ``"seg.png"`` matches
+            only fields ending in ``.seg.png``. Case-insensitive.
+        f: bytes -> value.
+    """
+    return ExtensionHandler(extensions, f)
+
+
+default_pre_handlers: list[Handler] = [gzfilter]
+default_post_handlers: list[Handler] = [basichandlers]
+
+
+def _as_handlers(spec: Any, jpeg_backend: str, what: str) -> list[Handler]:
+    if spec is None:
+        return []
+    items = [spec] if isinstance(spec, str) or callable(spec) else list(spec)
+    handlers: list[Handler] = []
+    for item in items:
+        if isinstance(item, str):
+            handlers.append(imagehandler(item, jpeg_backend=jpeg_backend))
+        elif callable(item):
+            handlers.append(item)
+        else:
+            raise ConfigurationError(
+                f"{what} entry {item!r} is neither a handler (a callable taking key and data) nor an "
+                "image spec string such as 'pil' or 'rgb8'"
+            )
+    return handlers
+
+
+class Decoder:
+    """Decodes samples with a list of handlers (drop-in for ``webdataset.autodecode.Decoder``).
+
+    Args:
+        handlers: the main handlers: a list of callables and/or image spec strings, or a single
+            spec (``Decoder("pil")``) or callable.
+        pre: handlers run before ``handlers``. Default ``[gzfilter]``.
+        post: handlers run after ``handlers``. Default ``[basichandlers]``.
+        only: field names (list or space-separated str) to decode; others pass through.
+        partial: leave fields that are not bytes as they are instead of failing.
+        allow_pickle: let this decoder unpickle ``pyd``/``pickle``/``pkl`` fields and load ``.pth``
+            without ``weights_only``. Runs code from the data; default False.
+        jpeg_backend: for image specs given as strings: ``"auto"``, ``"pillow"``,
+            ``"simplejpeg"`` or ``"turbojpeg"``.
+    """
+
+    def __init__(
+        self,
+        handlers: Any,
+        pre: Iterable[Handler] | None = None,
+        post: Iterable[Handler] | None = None,
+        only: str | Iterable[str] | None = None,
+        partial: bool = False,
+        *,
+        allow_pickle: bool = False,
+        jpeg_backend: str = "auto",
+    ) -> None:
+        chain = (
+            _as_handlers(default_pre_handlers if pre is None else pre, jpeg_backend, "pre")
+            + _as_handlers(handlers, jpeg_backend, "handlers")
+            + _as_handlers(default_post_handlers if post is None else post, jpeg_backend, "post")
+        )
+        if allow_pickle:
+            chain = [BasicHandlers(allow_pickle=True) if isinstance(h, BasicHandlers) else h for h in chain]
+        self.handlers: tuple[Handler, ...] = tuple(chain)
+        self.only = frozenset(only.split() if isinstance(only, str) else only) if only is not None else None
+        self.partial = partial
+        self.allow_pickle = allow_pickle
+        self._filters: tuple[frozenset[str] | None, ...] = tuple(
+            getattr(h, "dispatch_extensions", None) for h in self.handlers
+        )
+        self._plans: dict[str, _Plan] = {}
+
+    def _plan(self, field: str) -> _Plan:
+        plan = self._plans.get(field)
+        if plan is None:
+            extension = field.rpartition(".")[2].lower()
+            plan = tuple(
+                (i, h)
+                for i, (h, accepted) in enumerate(zip(self.handlers, self._filters, strict=True))
+                if accepted is None or extension in accepted
+            )
+            if len(self._plans) >= _MAX_PLANS:
+                self._plans.clear()
+            self._plans[field] = plan
+        return plan
+
+    def decode1(self, key: str, data: bytes) -> Any:
+        """Decode one field's bytes; ``key`` is the field name without the leading dot."""
+        plan = self._plan(key)
+        key = "." + key
+        start = 0
+        while True:
+            for index, handler in plan:
+                if index < start:
+                    continue
+                result = handler(key, data)
+                if result is None:
+                    continue
+                if isinstance(result, Continue):
+                    key, data = result.key, result.data
+                    plan, start = self._plan(key[1:]), index + 1
+                    break
+                return result
+            else:
+                return data
+
+    def decode(self, sample: Mapping[str, Any]) -> dict[str, Any]:
+        """Decode every field of ``sample``; ``__*__`` metadata fields are only UTF-8-decoded."""
+        result: dict[str, Any] = {}
+        only, partial = self.only, self.partial
+        for k, v in sample.items():
+            if k.startswith("__"):
+                if isinstance(v, bytes):
+                    try:
+                        v = v.decode("utf-8")
+                    except UnicodeDecodeError:
+                        log.warning("metadata field %r is not UTF-8; kept as bytes", k)
+                result[k] = v
+                continue
+            if only is not None and k not in only:
+                result[k] = v
+                continue
+            if isinstance(v, (memoryview, bytearray)):
+                v = bytes(v)
+            if not isinstance(v, bytes):
+                if partial:
+                    result[k] = v
+                    continue
+                raise self._error(sample, k, None, f"the value is a {type(v).__name__}, not bytes")
+            try:
+                result[k] = self.decode1(k, v)
+            except (UnsafeOperationError, ImportError) as exc:
+                # Policy and installation problems keep their type: retrying or skipping won't fix them.
+                if isinstance(exc, UnsafeOperationError):
+                    raise UnsafeOperationError(f"{self._where(sample, k)}: {exc}") from exc
+                raise
+            except Exception as exc:
+                raise self._error(sample, k, exc, f"{type(exc).__name__}: {exc}") from exc
+        return result
+
+    @staticmethod
+    def _where(sample: Mapping[str, Any], field: str) -> str:
+        url = sample.get("__url__")
+        source = f" of {redact_url(url)}" if url is not None else ""
+        return f"field {field!r} of sample {sample.get('__key__')!r}{source}"
+
+    def _error(
+        self, sample: Mapping[str, Any], field: str, exc: Exception | None, reason: str
+    ) -> DecodingError:
+        if exc is None:
+            fix = "it was probably decoded already; pass partial=True to leave non-bytes fields alone"
+        else:
+            fix = (
+                "check that the extension matches the content (or pass only=/a handler for it), or "
+                "use handler=warn_and_continue to skip bad samples"
+            )
+        error = DecodingError(
+            f"cannot decode {self._where(sample, field)} (extension {field!r}): {reason}. Fix: {fix}.",
+            url=sample.get("__url__"),
+            key=sample.get("__key__"),
+            extension=field,
+        )
+        return error
+
+    def __call__(self, sample: Mapping[str, Any]) -> dict[str, Any]:
+        """Decode a sample (a dict); see :meth:`decode`."""
+        if not isinstance(sample, Mapping):
+            raise ConfigurationError(
+                f"Decoder got a {type(sample).__name__}, not a dict sample; decode() must come before "
+                "to_tuple()/batched() in the pipeline"
+            )
+        return self.decode(sample)
+
+    def __repr__(self) -> str:
+        return f"Decoder({list(self.handlers)!r}, only={self.only}, partial={self.partial})"
+
+
+def make_decoder(*args: Any, handler: Any = None, allow_pickle: bool = False, **kw: Any) -> Decoder:
+    """Build the Decoder for ``decode(*args, **kw)``.
+
+    Args:
+        *args: image spec strings (``"pil"``, ``"rgb8"``...) and handler callables, in order.
+        handler: the pipeline's error handler; accepted for signature compatibility and ignored
+            here (the decode stage applies it).
+        allow_pickle: see :class:`Decoder`.
+        **kw: ``pre``, ``post``, ``only``, ``partial``, ``jpeg_backend`` (see :class:`Decoder`).
+    """
+    del handler
+    return Decoder(list(args), allow_pickle=allow_pickle, **kw)
+
+
+#: WebDataset's ``default_decoder``: the default pre and post handlers only.
+default_decoder = Decoder([])
