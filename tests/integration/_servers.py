@@ -180,7 +180,7 @@ class SeaweedS3:
                     ) from exc
                 time.sleep(0.5)
 
-    def stop(self, timeout: float = 3.0) -> None:
+    def stop(self, timeout: float = 1.0) -> None:
         """Stop the whole process group by PID: SIGTERM, SIGKILL after ``timeout`` s; verify it is gone.
 
         The data lives in a temporary directory, so a graceful shutdown (about 15 s for weed) buys

@@ -79,9 +79,12 @@ def test_resume_after_cuts_at_many_offsets(
     proxy.plan(*(Cut(c) for c in cuts))
     with open_url(f"{proxy.url}/{path}", storage_options=FAST) as stream:
         got = _read_all(stream, chunk)
-        assert stream.retries == len(cuts)  # type: ignore[attr-defined]
+        retries = stream.retries  # type: ignore[attr-defined]
     assert got == data
-    assert proxy.gets(path) == len(cuts) + 1
+    # Every cut that fell inside a response cost one retry (a resumed response is shorter than the
+    # first, so the last planned cut may land past its end) and one more GET, nothing else.
+    assert len(cuts) - 1 <= retries <= len(cuts)
+    assert proxy.gets(path) == retries + 1
 
 
 def test_resume_is_exact_with_odd_read_sizes(http_server: HTTPFileServer, fault_proxy: ProxyFactory) -> None:

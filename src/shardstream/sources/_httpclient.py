@@ -46,7 +46,8 @@ class PooledBody:
 
     def readinto(self, buffer: memoryview, /) -> int:
         n = self.response.readinto(buffer)
-        if n == 0 and len(buffer) and self._conn is not None and self.response.isclosed():
+        # http.client marks the response closed as soon as the last body byte has been read.
+        if self._conn is not None and self.response.isclosed() and (n or len(buffer)):
             conn, self._conn = self._conn, None
             self._pool.release(self._key, conn, reusable=not self.response.will_close)
         return n
@@ -172,7 +173,7 @@ def status_error(
             "access was refused; check the credentials and their permissions",
         )
     elif status == 412:
-        cls, default_fix = ObjectChangedError, "the object changed while it was read; read the shard again"
+        cls, default_fix = ObjectChangedError, "the object changed while it was being read; read the shard again"
     elif status in TRANSIENT_STATUSES or status >= 500:
         cls, default_fix = TransientSourceError, "the server is busy or failing; it is retried"
     elif status == 416:
