@@ -173,7 +173,10 @@ def status_error(
             "access was refused; check the credentials and their permissions",
         )
     elif status == 412:
-        cls, default_fix = ObjectChangedError, "the object changed while it was being read; read the shard again"
+        cls, default_fix = (
+            ObjectChangedError,
+            "the object changed while it was being read; read the shard again",
+        )
     elif status in TRANSIENT_STATUSES or status >= 500:
         cls, default_fix = TransientSourceError, "the server is busy or failing; it is retried"
     elif status == 416:
@@ -191,7 +194,8 @@ def network_error(exc: BaseException, url: str, *, endpoint: str = "") -> Source
         return exc
     if isinstance(exc, ssl.SSLCertVerificationError):
         return SourceError(
-            f"cannot open {url}{where}: TLS certificate verification failed ({exc.verify_message}). "
+            f"cannot open {url}{where}: TLS certificate verification failed "
+            f"({getattr(exc, 'verify_message', None) or exc}). "
             "Pass verify='/path/to/ca-bundle.pem' in storage_options for a private CA.",
             url=url,
         )

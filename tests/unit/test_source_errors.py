@@ -1,0 +1,143 @@
+"""Every third-party failure the network sources can see maps to the right shardstream error."""
+
+from __future__ import annotations
+
+import http.client
+import os
+import socket
+import ssl
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from shardstream.errors import (
+    AccessDeniedError,
+    ShardNotFoundError,
+    SourceError,
+    TransientSourceError,
+)
+from shardstream.sources._httpclient import network_error, status_error
+from shardstream.sources._resume import ObjectChangedError
+
+URL = "http://bob:hunter2@example.test/shards/a.tar?X-Amz-Signature=abcdef&X-Amz-Credential=AKIDX"
+
+
+def _clean(msg: str) -> None:
+    assert "hunter2" not in msg and "abcdef" not in msg and "AKIDX" not in msg
+
+
+@pytest.mark.parametrize(
+    ("status", "cls"),
+    [
+        (404, ShardNotFoundError),
+        (410, ShardNotFoundError),
+        (401, AccessDeniedError),
+        (403, AccessDeniedError),
+        (412, ObjectChangedError),
+        (408, TransientSourceError),
+        (429, TransientSourceError),
+        (500, TransientSourceError),
+        (502, TransientSourceError),
+        (503, TransientSourceError),
+        (504, TransientSourceError),
+        (507, TransientSourceError),
+        (416, SourceError),
+        (400, SourceError),
+    ],
+)
+def test_status_mapping(status: int, cls: type[SourceError]) -> None:
+    err = status_error(status, URL)
+    assert type(err) is cls and err.status == status
+    msg = str(err)
+    assert f"HTTP {status}" in msg and "http://***@example.test/shards/a.tar" in msg
+    _clean(msg)
+
+
+@pytest.mark.parametrize(
+    ("exc", "cls", "text"),
+    [
+        (TimeoutError("timed out"), TransientSourceError, "timed out"),
+        (TimeoutError(), TransientSourceError, "timed out"),
+        (ConnectionRefusedError(111, "refused"), TransientSourceError, "connection refused"),
+        (socket.gaierror(-2, "Name or service not known"), TransientSourceError, "does not resolve"),
+        (ConnectionResetError(104, "reset"), TransientSourceError, "ConnectionResetError"),
+        (BrokenPipeError(32, "broken"), TransientSourceError, "BrokenPipeError"),
+        (http.client.IncompleteRead(b"abc", 10), TransientSourceError, "closed early"),
+        (http.client.RemoteDisconnected("closed"), TransientSourceError, "RemoteDisconnected"),
+        (http.client.BadStatusLine("HTTP/"), TransientSourceError, "BadStatusLine"),
+        (ssl.SSLCertVerificationError(1, "bad cert"), SourceError, "verify="),
+        (ValueError("weird"), SourceError, "unexpected error"),
+    ],
+)
+def test_network_mapping(exc: BaseException, cls: type[SourceError], text: str) -> None:
+    err = network_error(exc, URL, endpoint="http://example.test")
+    assert type(err) is cls
+    assert text in str(err)
+    _clean(str(err))
+
+
+@pytest.fixture(scope="module")
+def s3source() -> Iterator[object]:
+    pytest.importorskip("botocore")
+    from shardstream.sources.s3 import S3Source
+
+    source = S3Source(endpoint_url="http://127.0.0.1:9", access_key_id="AKIDX", secret_access_key="hunter2")
+    yield source
+    source.close()
+
+
+def test_s3_codes_cover_the_table(s3source: object) -> None:
+    from shardstream.sources.s3 import _CODES, s3_error
+
+    for code, (cls, fix) in _CODES.items():
+        err = s3_error(400, code, "s3://b/k.tar", endpoint="http://127.0.0.1:9")
+        assert type(err) is cls, code
+        assert code in str(err) and fix in str(err) and "s3://b/k.tar" in str(err)
+    assert type(s3_error(404, None, "s3://b/k")) is ShardNotFoundError
+    assert type(s3_error(403, "Odd", "s3://b/k")) is AccessDeniedError
+    assert type(s3_error(503, None, "s3://b/k")) is TransientSourceError
+
+
+def test_s3_botocore_mapping(s3source: object) -> None:
+    from botocore import exceptions as bx
+
+    translate = s3source.translate  # type: ignore[attr-defined]
+    client_error = bx.ClientError(
+        {"Error": {"Code": "NoSuchBucket"}, "ResponseMetadata": {"HTTPStatusCode": 404}}, "GetObject"
+    )
+    cases: list[tuple[BaseException, type[SourceError], str]] = [
+        (client_error, ShardNotFoundError, "NoSuchBucket"),
+        (bx.NoCredentialsError(), AccessDeniedError, "anon=True"),
+        (
+            bx.PartialCredentialsError(provider="env", cred_var="AWS_SECRET_ACCESS_KEY"),
+            AccessDeniedError,
+            "AWS_",
+        ),
+        (
+            bx.EndpointConnectionError(endpoint_url="http://127.0.0.1:9"),
+            TransientSourceError,
+            "server is running",
+        ),
+        (bx.ConnectTimeoutError(endpoint_url="http://127.0.0.1:9"), TransientSourceError, "retried"),
+        (bx.ReadTimeoutError(endpoint_url="http://127.0.0.1:9"), TransientSourceError, "retried"),
+        (bx.ConnectionClosedError(endpoint_url="http://127.0.0.1:9"), TransientSourceError, "retried"),
+        (bx.ParamValidationError(report="bad key"), SourceError, "bad key"),
+        (ConnectionResetError(104, "reset"), TransientSourceError, "ConnectionResetError"),
+    ]
+    for exc, cls, text in cases:
+        err = translate(exc, "s3://b/k.tar")
+        assert type(err) is cls, exc
+        assert text in str(err) and "s3://b/k.tar" in str(err)
+        _clean(str(err) + repr(s3source))
+
+
+def test_sdks_are_imported_lazily() -> None:
+    code = (
+        "import sys, shardstream.sources.s3, shardstream.sources.http, shardstream.sources.pipe\n"
+        "bad = [m for m in ('boto3', 'botocore', 'obstore', 'urllib3') if m in sys.modules]\n"
+        "assert not bad, bad\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=60)
