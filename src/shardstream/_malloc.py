@@ -80,6 +80,9 @@ def tune_allocator(
     """
     global _applied
     wanted = (int(mmap_threshold), int(trim_threshold))
+    for name, value in zip(("mmap_threshold", "trim_threshold"), wanted, strict=True):
+        if not 0 <= value < 1 << 31:  # mallopt takes a C int; larger values would wrap silently
+            raise ValueError(f"{name}={value} is out of range; use 0 <= value < 2**31 bytes")
     with _lock:
         if _applied == wanted:
             return True

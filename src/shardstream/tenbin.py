@@ -1,7 +1,8 @@
 """The ``.ten`` binary tensor format (WebDataset's tenbin), read and written with NumPy.
 
 A buffer is a sequence of chunks, each ``magic (8 bytes) | length (int64) | payload`` with the
-payload zero-padded to a multiple of 64 bytes, so arrays decoded in place stay aligned. Every
+payload zero-padded to a multiple of 64 bytes, so every payload starts 16-byte aligned and arrays
+can be used in place. Every
 array takes two chunks: a header (an int64 vector ``[dtype code, info, ndim, dim0, dim1, ...]``,
 where the dtype code and info are ASCII strings of at most 8 bytes packed into an int64) and the
 raw array bytes in C order. Integers use the machine's byte order, as WebDataset does.

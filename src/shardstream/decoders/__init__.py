@@ -57,6 +57,8 @@ _lock = threading.Lock()
 def register_decoder(extensions: str | Iterable[str], decoder: Loader | str) -> None:
     """Decode fields whose last extension component is in ``extensions`` with ``decoder``.
 
+    Affects Decoders created afterwards (each Decoder fixes its dispatch table when built).
+
     Args:
         extensions: space-separated string or list, case-insensitive (``"cls label"``).
         decoder: ``bytes -> value``, or ``"module:function"`` to import lazily.

@@ -139,7 +139,7 @@ class BasicHandlers:
         self.allow_pickle = allow_pickle
 
     @property
-    def extensions(self) -> frozenset[str]:
+    def dispatch_extensions(self) -> frozenset[str]:
         """The last extension components this handler decodes (for the Decoder's dispatch table)."""
         from . import registered_extensions
 

@@ -113,6 +113,7 @@ class ImageHandler:
         self.imagespec: str = spec
         self.spec = imagespecs[spec]
         self.extensions = frozenset(e.lower() for e in extensions)
+        self.dispatch_extensions = self.extensions
         self.jpeg_backend = jpeg_backend
         self._fast = get_backend(jpeg_backend) if self.spec.atype != "pil" else None
         self._torch: ModuleType | None = None

@@ -51,7 +51,16 @@ EncoderSpec = bool | None | Mapping[str, FieldEncoder] | SampleEncoder
 
 PICKLE_EXTENSIONS = frozenset({"pyd", "pickle", "pkl"})
 
-_IMAGE_FORMATS = {"JPG": "JPEG", "IMG": "PPM", "IMAGE": "PPM", "TIF": "TIFF"}
+_IMAGE_FORMATS = {
+    "JPG": "JPEG",
+    "IMG": "PPM",
+    "IMAGE": "PPM",
+    "TIF": "TIFF",
+    "PGM": "PPM",
+    "PBM": "PPM",
+    "PNM": "PPM",
+}
+_NETPBM_MODES = {"PGM": "L", "PBM": "1"}
 
 
 def imageencoder(image: Any, format: str = "PNG") -> bytes:  # noqa: A002 - WebDataset's name
@@ -90,6 +99,9 @@ def imageencoder(image: Any, format: str = "PNG") -> bytes:  # noqa: A002 - WebD
             f"cannot encode a {type(image).__name__} as an image; pass a PIL image or an ndarray"
         )
     fmt = format.upper()
+    # Pillow writes PBM/PGM through its PPM plugin, choosing the variant from the image mode.
+    if fmt in _NETPBM_MODES and image.mode != _NETPBM_MODES[fmt]:
+        image = image.convert(_NETPBM_MODES[fmt])
     fmt = _IMAGE_FORMATS.get(fmt, fmt)
     options: dict[str, Any] = {"quality": 100} if fmt == "JPEG" else {}
     with io.BytesIO() as stream:
