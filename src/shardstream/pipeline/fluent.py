@@ -10,6 +10,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from ..errors import ConfigurationError
+from ..shards.balance import PlannedSamples
+from ..shards.counts import CountSource
 from ..shards.spec import ResampledShards, SimpleShardList, expand_urls
 from ..shards.split import single_node_only, split_by_worker
 from ..shards.world import World, derive_seed
@@ -154,6 +156,21 @@ class WebDataset(DataPipeline, FluidInterface):
             allow_pipe: allow ``pipe:`` URLs (they run shell commands).
             cache_dir / cache_size: local shard cache (explicit arguments win over the environment).
             opener: custom shard opener (replaces the cache/source logic).
+
+        Equal batches per rank (keyword-only; see docs/design.md, "Splitting and epochs"):
+            split: ``None`` (default: WebDataset's nodesplitter/workersplitter behaviour),
+                ``"equal"`` (recommended for training: every rank yields the same number of
+                batches, whatever the shard sizes and num_workers), ``"exact"`` (evaluation: every
+                sample once over all ranks, padding marked ``__pad__``) or ``"resampled"``
+                (shards drawn with replacement, ``epoch_size`` samples per rank). With a split
+                mode, ``nodesplitter``/``workersplitter`` are not used and ``len()`` is known.
+            batch_size: quotas are whole batches of this size (pass the batch size you use).
+            epoch_size: samples per rank per epoch (``split="resampled"``).
+            granularity: ``"shard"`` (default) or ``"sample"`` (cuts inside shards; needed when
+                there are fewer shards than ranks x workers).
+            index / count_cache: sample counts or index location (default ``_info.json`` next to
+                the shards, else a counting pass), and where to save counts from that pass.
+            world: explicit ``World(rank=..., world_size=...)`` instead of detection.
     """
 
     def __init__(
@@ -179,11 +196,38 @@ class WebDataset(DataPipeline, FluidInterface):
         storage_options: Mapping[str, Any] | None = None,
         allow_pipe: bool = False,
         opener: Opener | None = None,
+        split: str | None = None,
+        batch_size: int | None = None,
+        epoch_size: int | None = None,
+        granularity: str = "shard",
+        index: CountSource = None,
+        count_cache: str | None = None,
+        world: World | None = None,
     ) -> None:
         super().__init__()
         resampled = resampled or mode == "resampled"
         self.seed = seed
         self.urls = expand_urls(urls) if not isinstance(urls, (SimpleShardList, ResampledShards)) else urls.urls
+        self._planned: PlannedSamples | None = None
+        self._len_batching: tuple[tuple[int, bool], ...] = ()
+        if split is not None:
+            if resampled or repeat:
+                raise ConfigurationError(
+                    f"split={split!r} defines the epoch itself; drop resampled=/repeat= (use "
+                    "split='resampled' with epoch_size= for endless random shards)"
+                )
+            if opener is None and (cache_dir is not None or cache_size not in (None, -1, 0)):
+                opener = _cache_opener(cache_dir, cache_size, url_to_name, storage_options, handler)
+            reader = TarSamples(handler, select_files, rename_files, storage_options=storage_options,
+                                allow_pipe=allow_pipe, opener=opener)
+            shuffle = bool(shardshuffle) if shardshuffle is not None else split != "exact"
+            self._planned = PlannedSamples(
+                self.urls, mode=split, batch_size=batch_size or 1, epoch_size=epoch_size,
+                granularity=granularity, seed=seed, shuffle=shuffle, index=index, count_cache=count_cache,
+                world=world, reader=reader,
+            )
+            self.append(self._planned)
+            return
         if resampled:
             self.append(ResampledShards(self.urls, seed=seed))
         else:
@@ -206,7 +250,26 @@ class WebDataset(DataPipeline, FluidInterface):
             self.repeat()
 
     def compose(self, *stages: Any) -> Any:
-        return DataPipeline.compose(self, *stages)
+        result = DataPipeline.compose(self, *stages)
+        if isinstance(result, WebDataset) and self._planned is not None:
+            # len() follows batching so that len(DataLoader(ds.batched(b), batch_size=None)) works.
+            added = tuple((s.batchsize, s.partial) for s in stages if isinstance(s, batch.Batched))
+            result._len_batching = self._len_batching + added
+        return result
+
+    def set_epoch(self, epoch: int) -> None:
+        DataPipeline.set_epoch(self, epoch)
+        if self._planned is not None:
+            self._planned.remember_world()
+
+    def __len__(self) -> int:
+        """Items per rank per epoch: known with a split mode (or after ``with_length``)."""
+        if self.size is None and self._planned is not None:
+            n = len(self._planned)
+            for size, partial in self._len_batching:
+                n = -(-n // size) if partial else n // size
+            return n
+        return DataPipeline.__len__(self)
 
 
 def _cache_opener(cache_dir: str | None, cache_size: int | None, url_to_name: Any,

@@ -11,7 +11,7 @@ import hashlib
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..config import launcher_env, read_settings
+from ..config import LauncherEnv, launcher_env, read_settings
 
 __all__ = ["World", "derive_seed"]
 
@@ -60,36 +60,66 @@ class World:
         return replace(self, worker=worker, num_workers=num_workers)
 
     @classmethod
-    def current(cls, group: Any = None) -> World:
-        """Detect the world of the calling process (see the module docstring)."""
-        rank, size, local_rank, local_size = 0, 1, 0, 1
-        dist_done = False
-        try:
-            import torch.distributed as dist
+    def from_launcher(cls, env: LauncherEnv) -> World:
+        """The world described by launcher variables (pure: no torch, no environment access).
 
-            if dist.is_available() and dist.is_initialized():
-                rank, size = dist.get_rank(group=group), dist.get_world_size(group=group)
-                dist_done = True
-        except ImportError:
-            pass
-        env = launcher_env()
-        if not dist_done and env.rank is not None and env.world_size is not None:
-            rank, size = env.rank, env.world_size
-        if env.local_rank is not None:
-            local_rank = env.local_rank
-        local_size = env.local_world_size or (size if env.local_rank is None else max(1, local_size))
-        if env.local_world_size is None and env.local_rank is not None:
-            local_size = size  # unknown: assume one node
-        worker, num_workers = 0, 1
-        try:
-            from torch.utils.data import get_worker_info
+        A missing ``LOCAL_WORLD_SIZE`` (or ``SLURM_NTASKS_PER_NODE``) means one node holds every
+        rank; a missing local rank is then the global rank.
+        """
+        if env.rank is None or env.world_size is None:
+            return cls()
+        local_size = env.local_world_size or env.world_size
+        local_rank = env.local_rank if env.local_rank is not None else env.rank % local_size
+        return cls(env.rank, env.world_size, local_rank, local_size)
 
-            info = get_worker_info()
-            if info is not None:
-                worker, num_workers = info.id, info.num_workers
-        except ImportError:
-            pass
-        return cls(rank, size, local_rank, max(1, local_size), worker, num_workers)
+    @classmethod
+    def current(cls, group: Any = None, *, override: World | None = None) -> World:
+        """Detect the world of the calling process.
+
+        Order: ``override`` (explicit, wins), else ``torch.distributed`` when initialised (local
+        rank and node size still come from the launcher variables), else torchrun's
+        ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``/``LOCAL_WORLD_SIZE``, else SLURM's
+        ``SLURM_PROCID``/``SLURM_NTASKS``/``SLURM_LOCALID``/``SLURM_NTASKS_PER_NODE``, else a
+        single process. The DataLoader worker fields always come from
+        :func:`torch.utils.data.get_worker_info` (an override's worker fields are ignored).
+
+        Args:
+            group: process group for ``torch.distributed`` (default: the world group).
+            override: a ``World`` to use for rank, world size and local rank.
+        """
+        if override is not None:
+            base = override
+        else:
+            base = cls.from_launcher(launcher_env())
+            dist_rank = _dist_rank(group)
+            if dist_rank is not None:
+                rank, size = dist_rank
+                if (rank, size) != (base.rank, base.world_size):
+                    local_size = base.local_world_size if base.world_size == size else size
+                    base = cls(rank, size, rank % local_size, local_size)
+        worker, num_workers = _worker()
+        return replace(base, worker=worker, num_workers=num_workers)
+
+
+def _dist_rank(group: Any) -> tuple[int, int] | None:
+    """(rank, world size) from an initialised ``torch.distributed``, else ``None``."""
+    try:
+        import torch.distributed as dist
+    except ImportError:  # pragma: no cover - torch is installed wherever the loader is used
+        return None
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(group=group), dist.get_world_size(group=group)
+    return None
+
+
+def _worker() -> tuple[int, int]:
+    """(worker id, number of workers) inside a DataLoader worker, else (0, 1)."""
+    try:
+        from torch.utils.data import get_worker_info
+    except ImportError:  # pragma: no cover
+        return 0, 1
+    info = get_worker_info()
+    return (info.id, info.num_workers) if info is not None else (0, 1)
 
 
 def derive_seed(seed: int | None, *parts: object) -> int:
