@@ -58,6 +58,16 @@ def free_port() -> int:
     return free_ports(1)[0]
 
 
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _weed_binary() -> str:
     candidate = Path(sys.executable).with_name("weed")
     if candidate.exists():
@@ -197,9 +207,14 @@ class SeaweedS3:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(pgid, signal.SIGKILL)
                 proc.wait(timeout=10)
-            # Children of the group (none expected) must be gone too.
+            # Children of the group (none expected) must be gone too; then verify nothing is left.
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pgid, signal.SIGKILL)
+            deadline = time.monotonic() + 10
+            while _group_alive(pgid):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"SeaweedFS process group {pgid} survived SIGKILL")
+                time.sleep(0.05)
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None

@@ -13,9 +13,18 @@ import pytest
 from shardstream.errors import PipeCommandError, UnsafeOperationError
 from shardstream.sources import create_url, open_url, stat_url
 
+_servers: set[int] = set()  # long-lived children of the session (SeaweedFS), not ours to count
+
+
+@pytest.fixture(autouse=True)
+def _known_children() -> None:
+    _servers.clear()
+    _servers.update(p.pid for p in psutil.Process().children(recursive=True))
+
 
 def _children() -> list[psutil.Process]:
-    return psutil.Process().children(recursive=True)
+    """Child processes (recursive) started during this test and still alive (zombies included)."""
+    return [p for p in psutil.Process().children(recursive=True) if p.pid not in _servers]
 
 
 def _wait_no_children(timeout: float = 5.0) -> list[psutil.Process]:

@@ -99,7 +99,10 @@ _CODES: dict[str, tuple[type[SourceError], str]] = {
         "the request was signed for the wrong region; pass region= (or set AWS_REGION) to the "
         "bucket's region",
     ),
-    "PreconditionFailed": (ObjectChangedError, "the object changed while it was being read; read the shard again"),
+    "PreconditionFailed": (
+        ObjectChangedError,
+        "the object changed while it was being read; read the shard again",
+    ),
     "SlowDown": (TransientSourceError, "the server is throttling requests; it is retried with backoff"),
     "ServiceUnavailable": (TransientSourceError, "the service is temporarily unavailable; it is retried"),
     "InternalError": (TransientSourceError, "the server failed internally; it is retried"),
