@@ -307,7 +307,10 @@ def test_dispatch_calls_only_matching_declared_handlers() -> None:
     assert out == {"a.foo": "foo!", "cls": 2, "txt": "t"}
     assert sorted(calls) == [".a.foo", ".cls", ".txt"]  # undeclared handler sees every field
     assert decoder._plan("cls") == decoder._plan("cls")  # cached
-    assert all(h is not decoder.handlers[-1] for _, h in decoder._plan("a.foo"))  # basichandlers skipped
+    assert [type(decoder.handlers[i]).__name__ for i, _, _ in decoder._plan("a.foo")] == [
+        "function",
+        "ExtensionHandler",
+    ]  # basichandlers is not consulted for .foo
 
 
 def test_continue_and_gzfilter() -> None:
@@ -440,7 +443,25 @@ def test_video_and_audio_handlers() -> None:
 
 def test_image_and_basic_handlers_declare_dispatch_extensions() -> None:
     decoder = Decoder("rgb8")
-    assert [type(h).__name__ for _, h in decoder._plan("jpg")] == ["ImageHandler"]
-    assert [type(h).__name__ for _, h in decoder._plan("cls")] == ["BasicHandlers"]
-    assert [type(h).__name__ for _, h in decoder._plan("x.gz")] == ["_GzFilter"]
-    assert decoder._plan("weird") == ()
+
+    def names(field: str) -> list[str]:
+        return [type(decoder.handlers[i]).__name__ for i, _, _ in decoder._plan(field)]
+
+    assert names("jpg") == ["ImageHandler"]
+    assert names("seg.JPG") == ["ImageHandler"]
+    assert names("cls") == ["BasicHandlers"]
+    assert names("x.gz") == ["_GzFilter"]
+    assert names("weird") == []
+    # resolved to direct loaders: no per-field extension parsing at decode time
+    assert all(direct for _, _, direct in decoder._plan("cls") + decoder._plan("jpg"))
+    assert not any(direct for _, _, direct in decoder._plan("x.gz"))
+
+
+def test_dotted_extension_handler_sees_whole_key() -> None:
+    seg = handle_extension("seg.cls", lambda data: "segment")
+    decoder = Decoder([seg])
+    assert decoder({"seg.cls": b"1", "cls": b"2", "other.cls": b"3"}) == {
+        "seg.cls": "segment",
+        "cls": 2,
+        "other.cls": 3,
+    }

@@ -145,7 +145,7 @@ class BasicHandlers:
 
         return registered_extensions()
 
-    def lookup(self, extension: str) -> Loader | None:
+    def dispatch_lookup(self, extension: str) -> Loader | None:
         """The loader for a (last-component, lower-case) extension, or ``None``."""
         if self.allow_pickle:
             if extension in PICKLE_EXTENSIONS:
@@ -157,7 +157,7 @@ class BasicHandlers:
         return get_decoder(extension)
 
     def __call__(self, key: str, data: bytes) -> Any:
-        loader = self.lookup(key.rpartition(".")[2].lower())
+        loader = self.dispatch_lookup(key.rpartition(".")[2].lower())
         return None if loader is None else loader(data)
 
     def __repr__(self) -> str:

@@ -41,7 +41,8 @@ log = logging.getLogger(__name__)
 
 #: ``handler(".ext", data) -> value | None | Continue``.
 Handler = Callable[[str, bytes], Any]
-_Plan = tuple[tuple[int, Handler], ...]
+# (position in the handler chain, function, direct): direct steps are called as f(data).
+_Plan = tuple[tuple[int, Callable[..., Any], bool], ...]
 _MAX_PLANS = 4096  # field names are few in practice; bound the cache against pathological data
 
 
@@ -98,6 +99,15 @@ class ExtensionHandler:
         self.targets = [name.split(".") for name in self.extensions]
         self.dispatch_extensions = frozenset(t[-1] for t in self.targets)
         self.f = f
+        # With single-component targets the last component decides, so the Decoder may call f
+        # directly; dotted targets ("seg.png") need the whole key.
+        single = all(len(t) == 1 for t in self.targets)
+        self.dispatch_lookup: Callable[[str], Callable[[bytes], Any] | None] | None = (
+            self._lookup if single else None
+        )
+
+    def _lookup(self, extension: str) -> Callable[[bytes], Any] | None:
+        return self.f if extension in self.dispatch_extensions else None
 
     def __call__(self, key: str, data: bytes) -> Any:
         parts = key.lower().split(".")
@@ -189,32 +199,42 @@ class Decoder:
     def _plan(self, field: str) -> _Plan:
         plan = self._plans.get(field)
         if plan is None:
-            extension = field.rpartition(".")[2].lower()
-            plan = tuple(
-                (i, h)
-                for i, (h, accepted) in enumerate(zip(self.handlers, self._filters, strict=True))
-                if accepted is None or extension in accepted
-            )
+            plan = self._build_plan(field.rpartition(".")[2].lower())
             if len(self._plans) >= _MAX_PLANS:
                 self._plans.clear()
             self._plans[field] = plan
         return plan
 
+    def _build_plan(self, extension: str) -> _Plan:
+        steps: list[tuple[int, Callable[..., Any], bool]] = []
+        for i, (handler, accepted) in enumerate(zip(self.handlers, self._filters, strict=True)):
+            if accepted is not None and extension not in accepted:
+                continue
+            # A handler with dispatch_lookup promises handler(key, data) == loader(data) for every
+            # key whose last component is `extension`, so the plan can call the loader directly.
+            lookup = getattr(handler, "dispatch_lookup", None)
+            if lookup is None:
+                steps.append((i, handler, False))
+                continue
+            loader = lookup(extension)
+            if loader is not None:
+                steps.append((i, loader, True))
+        return tuple(steps)
+
     def decode1(self, key: str, data: bytes) -> Any:
         """Decode one field's bytes; ``key`` is the field name without the leading dot."""
         plan = self._plan(key)
-        key = "." + key
         start = 0
         while True:
-            for index, handler in plan:
+            for index, function, direct in plan:
                 if index < start:
                     continue
-                result = handler(key, data)
+                result = function(data) if direct else function("." + key, data)
                 if result is None:
                     continue
                 if isinstance(result, Continue):
-                    key, data = result.key, result.data
-                    plan, start = self._plan(key[1:]), index + 1
+                    key, data = result.key[1:], result.data
+                    plan, start = self._plan(key), index + 1
                     break
                 return result
             else:

@@ -30,7 +30,9 @@ writable and C-contiguous (WebDataset returns read-only arrays for the numpy spe
 
 from __future__ import annotations
 
+import functools
 import io
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any, NamedTuple
 
@@ -123,6 +125,12 @@ class ImageHandler:
         if extension not in self.extensions:
             return None
         return self.decode(data, extension)
+
+    def dispatch_lookup(self, extension: str) -> Callable[[bytes], Any] | None:
+        """For the Decoder's dispatch table: a ``bytes -> image`` function for ``extension``."""
+        if extension not in self.extensions:
+            return None
+        return functools.partial(self.decode, extension=extension)
 
     def decode(self, data: bytes, extension: str = "") -> Any:
         """Decode image bytes; ``extension`` (lower-case) enables the fast JPEG path for JPEGs."""
