@@ -8,6 +8,10 @@ holding the body stream and the object's *total* size and ETag, or raises: a
 source's ``translate`` function maps to one. Only :class:`~shardstream.errors.TransientSourceError`
 is retried; everything else fails at once.
 
+Logging (logger ``shardstream.sources``, stable formats): one INFO line per open,
+``open <url> offset=<n> size=<n|None>``, and one WARNING per retry,
+``retry <k>/<max> for <url> at offset <n> in <delay>s: <error>``. URLs are redacted.
+
 Rejected option: retrying inside each SDK (botocore/urllib3 retries). Those retry whole requests
 but not a body that breaks half-way, which is exactly the fault that loses or duplicates samples.
 """
@@ -186,6 +190,8 @@ class ResumableReader(io.RawIOBase):
         """Retry after ``error`` if it is transient and the budget allows, else raise it."""
         self._drop_body()
         if not isinstance(error, TransientSourceError):
+            if cause is error:  # already a shardstream error: keep its own cause chain
+                raise error
             raise error from cause
         self._failures += 1
         now = time.monotonic()
