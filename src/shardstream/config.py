@@ -17,7 +17,7 @@ from typing import Final
 
 from .errors import ConfigurationError
 
-__all__ = ["VARIABLES", "Settings", "env_value", "read_settings", "UNSET", "pick"]
+__all__ = ["VARIABLES", "Settings", "env_value", "read_settings", "UNSET", "Unset", "pick"]
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +53,8 @@ class _Unset:
 
 
 UNSET: Final = _Unset()
+#: The type of :data:`UNSET`, for annotations such as ``cache_dir: str | None | Unset = UNSET``.
+Unset = _Unset
 
 
 def _warn_unknown(environ: Mapping[str, str]) -> None:

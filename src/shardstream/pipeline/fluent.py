@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
+from ..config import UNSET, Unset, read_settings
 from ..errors import ConfigurationError
 from ..shards.balance import PlannedSamples
 from ..shards.counts import CountSource
@@ -181,8 +182,8 @@ class WebDataset(DataPipeline, FluidInterface):
         resampled: bool = False,
         repeat: bool = False,
         shardshuffle: bool | int | None = None,
-        cache_size: int | None = -1,
-        cache_dir: str | None = None,
+        cache_size: int | None | Unset = UNSET,
+        cache_dir: str | None | Unset = UNSET,
         url_to_name: Callable[[str], str] | None = None,
         detshuffle: bool = False,
         nodesplitter: Callable[..., Iterator[Any]] | None = single_node_only,
@@ -216,8 +217,8 @@ class WebDataset(DataPipeline, FluidInterface):
                     f"split={split!r} defines the epoch itself; drop resampled=/repeat= (use "
                     "split='resampled' with epoch_size= for endless random shards)"
                 )
-            if opener is None and (cache_dir is not None or cache_size not in (None, -1, 0)):
-                opener = _cache_opener(cache_dir, cache_size, url_to_name, storage_options, handler)
+            if opener is None:
+                opener = _cache_opener(cache_dir, cache_size, url_to_name, storage_options, allow_pipe)
             reader = TarSamples(handler, select_files, rename_files, storage_options=storage_options,
                                 allow_pipe=allow_pipe, opener=opener)
             shuffle = bool(shardshuffle) if shardshuffle is not None else split != "exact"
@@ -238,8 +239,8 @@ class WebDataset(DataPipeline, FluidInterface):
                 self.append(nodesplitter)
         if workersplitter is not None:
             self.append(workersplitter)
-        if opener is None and (cache_dir is not None or cache_size not in (None, -1, 0)):
-            opener = _cache_opener(cache_dir, cache_size, url_to_name, storage_options, handler)
+        if opener is None:
+            opener = _cache_opener(cache_dir, cache_size, url_to_name, storage_options, allow_pipe)
         self.append(
             TarSamples(handler, select_files, rename_files, storage_options=storage_options,
                        allow_pipe=allow_pipe, opener=opener)
@@ -272,16 +273,19 @@ class WebDataset(DataPipeline, FluidInterface):
         return DataPipeline.__len__(self)
 
 
-def _cache_opener(cache_dir: str | None, cache_size: int | None, url_to_name: Any,
-                  storage_options: Mapping[str, Any] | None, handler: Handler) -> Opener | None:
-    try:
-        from ..cache import make_cache_opener
-    except ImportError:  # the cache package is optional until it lands
-        return None
-    opener: Opener | None = make_cache_opener(
-        cache_dir=cache_dir, cache_size=cache_size, url_to_name=url_to_name, storage_options=storage_options
-    )
-    return opener
+def _cache_opener(cache_dir: str | None | Unset, cache_size: int | None | Unset, url_to_name: Any,
+                  storage_options: Mapping[str, Any] | None, allow_pipe: bool) -> Opener | None:
+    """The shard cache opener, or ``None`` for no cache (no directory, or ``cache_size=0``).
+
+    Explicit arguments win; unset ones come from SHARDSTREAM_CACHE_DIR/SIZE (or WDS_CACHE/SIZE).
+    """
+    from ..cache import make_cache_opener
+
+    settings = read_settings()
+    directory = settings.cache_dir if isinstance(cache_dir, Unset) else cache_dir
+    size = settings.cache_size if isinstance(cache_size, Unset) else cache_size
+    return make_cache_opener(cache_dir=directory, cache_size=size, url_to_name=url_to_name,
+                             storage_options=storage_options, allow_pipe=allow_pipe)
 
 
 class FluidWrapper(DataPipeline, FluidInterface):

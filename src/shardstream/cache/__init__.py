@@ -1,0 +1,62 @@
+"""A local shard cache that is safe under many processes, shared filesystems and crashes.
+
+``ShardCache`` is the implementation (see ``store``); ``make_cache_opener`` is what
+``WebDataset(cache_dir=..., cache_size=...)`` uses. The WebDataset 1.0.2 names of
+``webdataset.cache`` (``FileCache``, ``LRUCleanup``, ``pipe_cleaner``, ...) are provided with the
+same signatures. ``default_cache_dir`` / ``default_cache_size`` are read from the environment
+when accessed, not at import.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .compat import (
+    FileCache,
+    LRUCleanup,
+    StreamingOpen,
+    check_tar_format,
+    download,
+    get_filetype,
+    islocal,
+    magic_filetype,
+)
+from .eviction import Entry, plan_eviction
+from .lock import LockTiming, ShardLock
+from .naming import cache_name, pipe_cleaner, url_to_cache_name
+from .stats import CacheStats
+from .store import ShardCache, make_cache_opener
+
+__all__ = [
+    "CacheStats",
+    "Entry",
+    "FileCache",
+    "LRUCleanup",
+    "LockTiming",
+    "ShardCache",
+    "ShardLock",
+    "StreamingOpen",
+    "cache_name",
+    "check_tar_format",
+    "download",
+    "get_filetype",
+    "islocal",
+    "magic_filetype",
+    "make_cache_opener",
+    "pipe_cleaner",
+    "plan_eviction",
+    "url_to_cache_name",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # WebDataset reads these at import time; here they reflect the environment when accessed.
+    from . import compat
+
+    if name == "default_cache_dir":
+        return compat.default_cache_dir()
+    if name == "default_cache_size":
+        return compat.default_cache_size()
+    if name == "verbose_cache":
+        return 0
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

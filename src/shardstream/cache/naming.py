@@ -1,0 +1,113 @@
+"""URL -> cache path: readable, keeping scheme, host/bucket and path so sources never collide.
+
+``s3://b1/train-000.tar`` is cached as ``s3/b1/train-000.tar`` and
+``http://h:8080/b2/train-000.tar`` as ``http/h_8080/b2/train-000.tar``. Characters that are
+unsafe in file names are percent-encoded, path components that could escape the cache
+(``..``) or clash with its bookkeeping (names starting with ``.``) are escaped, a query string
+becomes a short hash suffix, and over-long components are shortened with a hash, so the mapping
+stays injective in practice while a human can still find a shard with ``ls``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import urllib.parse
+from collections.abc import Callable
+
+from ..errors import ConfigurationError, redact_url
+
+__all__ = ["NameFunction", "cache_name", "check_name", "pipe_cleaner", "url_to_cache_name"]
+
+#: Maps a URL to a relative cache path (``url_to_name=`` of WebDataset and the cache opener).
+NameFunction = Callable[[str], str]
+
+_SAFE = "-_.+=,@"  # not "~": it separates owner tags in bookkeeping names
+_MAX_COMPONENT = 200
+_PIPE_URL = re.compile(r"^(https?|hdfs|gs|ais|s3|file):")
+
+
+def _hash(text: str, n: int = 10) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:n]
+
+
+def _component(part: str) -> str:
+    quoted = urllib.parse.quote(part, safe=_SAFE)
+    if quoted in ("", ".", ".."):
+        quoted = quoted.replace(".", "%2E") or "%00"
+    elif quoted.startswith("."):
+        # Leading dots would hide entries and could clash with the ``.shardstream`` bookkeeping tree.
+        quoted = "%2E" + quoted[1:]
+    if len(quoted) > _MAX_COMPONENT:
+        quoted = quoted[: _MAX_COMPONENT - 12] + "~" + _hash(quoted)
+    return quoted
+
+
+def pipe_cleaner(spec: str) -> str:
+    """The real URL inside a ``pipe:`` spec (first word that looks like a URL), else ``spec``.
+
+    WebDataset-compatible (``webdataset.cache.pipe_cleaner``).
+    """
+    if spec.startswith("pipe:"):
+        for word in spec[5:].split():
+            if _PIPE_URL.match(word):
+                return word
+    return spec
+
+
+def cache_name(url: str) -> str:
+    """Relative cache path for ``url`` (``/``-separated): ``scheme/host/path...``.
+
+    ``pipe:`` specs are named after the URL they contain; when none is found the whole command
+    is hashed under ``pipe/``. Credentials in the URL never reach the name.
+    """
+    inner = pipe_cleaner(url)
+    if inner.startswith("pipe:"):
+        return f"pipe/{_hash(inner, 16)}"
+    parts = urllib.parse.urlsplit(inner)
+    scheme = (parts.scheme or "file").lower()
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}_{parts.port}"
+    path = [p for p in parts.path.split("/") if p]
+    if not path:
+        path = ["%00"]
+    components = [scheme] + ([host] if host else []) + path
+    name = "/".join(_component(c) for c in components)
+    if parts.query:
+        # Query strings rarely name different objects for shard stores, but when they do the
+        # suffix keeps them apart. It is a hash, so signatures never appear on disk.
+        name += f"@{_hash(parts.query)}"
+    return name
+
+
+def check_name(name: str, url: str = "") -> str:
+    """Validate a relative cache name from a user's ``url_to_name``; returns it normalised."""
+    if "://" in name or name.startswith("pipe:"):
+        return cache_name(name)  # e.g. url_to_name=pipe_cleaner returns a URL: name it properly
+    norm = name.replace(os.sep, "/").strip("/")
+    parts = norm.split("/")
+    if not norm or os.path.isabs(name) or any(p in ("", ".", "..") or p.startswith(".") for p in parts):
+        raise ConfigurationError(
+            f"url_to_name returned {name!r} for {redact_url(url)}: a cache name must be a relative "
+            "path without empty, '.', '..' or dot-prefixed components (they could escape the cache "
+            "directory or clash with its bookkeeping). Return something like 'bucket/shard-000.tar', "
+            "or leave url_to_name unset to use the default naming."
+        )
+    return norm
+
+
+def url_to_cache_name(url: str, ndir: int = 0) -> str:
+    """WebDataset's naming: the last ``ndir + 1`` path components of ``url``.
+
+    Kept for compatibility only: basenames collide across buckets and hosts, which is why the
+    cache uses :func:`cache_name` unless ``url_to_name`` asks otherwise.
+    """
+    if not isinstance(url, str):
+        raise ConfigurationError(f"url_to_cache_name needs a str URL, got {type(url).__name__}: {url!r}")
+    parsed = urllib.parse.urlparse(url)
+    if parsed.scheme in ("", "file", "http", "https", "ftp", "ftps", "gs", "s3", "ais"):
+        components = parsed.path.lstrip("/").split("/")
+        return "/".join(components[-1 - ndir :])
+    return urllib.parse.quote(url, safe="_+{}*,-")[-128:]
