@@ -6,7 +6,7 @@ from ..pipeline.decode import decode
 from ..pipeline.extra import associate, info, rsample, slice
 from ..pipeline.fields import extract_keys, getfirst, rename, rename_keys, to_tuple
 from ..pipeline.handlers import reraise_exception
-from ..pipeline.map import map, map_dict, map_tuple, select, transform_with
+from ..pipeline.mapping import map, map_dict, map_tuple, select, transform_with
 from ..pipeline.shuffle import detshuffle, shuffle
 
 __all__ = [

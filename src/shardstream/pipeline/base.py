@@ -15,6 +15,7 @@ counting of skipped items (``stats``) and the epoch bookkeeping without calling 
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -109,6 +110,12 @@ def pipelinefilter(f: Callable[..., Iterator[Any]]) -> Callable[..., FunctionSta
     def factory(*args: Any, **kw: Any) -> FunctionStage:
         return FunctionStage(f, *args, **kw)
 
+    # Show the curried signature (without the upstream iterator) in help() and introspection.
+    try:
+        params = list(inspect.signature(f).parameters.values())[1:]
+        factory.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    except (TypeError, ValueError):
+        pass
     return factory
 
 

@@ -18,7 +18,7 @@ from ..shards.split import single_node_only, split_by_worker
 from ..shards.world import World, derive_seed
 from ..tar.samples import Opener, TarSamples
 from . import batch, extra, fields
-from . import map as map_stages
+from . import mapping as map_stages
 from .base import Stage
 from .decode import Decode
 from .handlers import Handler, reraise_exception

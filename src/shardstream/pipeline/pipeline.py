@@ -6,6 +6,7 @@ import copy
 import itertools
 import logging
 import sys
+import types
 import weakref
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -131,12 +132,23 @@ class DataPipeline(IterableDataset):  # type: ignore[type-arg]
             # epochs (restarting the source, with the next epoch's shard order, when it ends).
             if self._continuing is None:
                 self._continuing = self._endless()
-            return itertools.islice(self._continuing, self.nsamples)
+            window = self._window(self._continuing, self.nsamples)
+            self._running.add(window)
+            return window
         inner = self.iterator1() if self.repetitions == 1 else self._repeat_passes()
         if self.nsamples > 0:
             inner = self._guarded(itertools.islice(inner, self.nsamples), inner)
+        elif not isinstance(inner, types.GeneratorType):
+            # The last stage returned a plain iterator (islice, filter, ...): wrap it so the
+            # epoch's iterator can be tracked (weakly) and closed.
+            inner = self._window(inner, None)
         self._running.add(inner)
         return inner
+
+    @staticmethod
+    def _window(stream: Iterator[Any], n: int | None) -> Iterator[Any]:
+        # A generator (not a bare islice) so the epoch's iterator can be tracked and closed.
+        yield from itertools.islice(stream, n)
 
     def _guarded(self, outer: Iterator[Any], inner: Iterator[Any]) -> Iterator[Any]:
         # islice has no close(): this generator closes the chain under it when it is closed or

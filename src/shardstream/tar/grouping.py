@@ -55,38 +55,47 @@ def group_samples(
     """
     sample: dict[str, Any] | None = None
     key: str | None = None
-    for name, data, offset in members:
-        if name[:2] == "__" and _META.match(name):
-            continue
-        if rename_files is not None:
-            name = rename_files(name)
-        if select_files is not None and not select_files(name):
-            continue
-        # Inline split_key: this loop runs once per member on the hot path.
-        slash = name.rfind("/")
-        dot = name.find(".", slash + 1)
-        if dot <= slash + 1:
-            continue
-        prefix = name[:dot]
-        ext = name[dot + 1 :]
-        if lcase:
-            ext = ext.lower()
-        if prefix != key:
-            if sample is not None and len(sample) > 2:
+    try:
+        for name, data, offset in members:
+            if name[:2] == "__" and _META.match(name):
+                continue
+            if rename_files is not None:
+                name = rename_files(name)
+            if select_files is not None and not select_files(name):
+                continue
+            # Inline split_key: this loop runs once per member on the hot path.
+            slash = name.rfind("/")
+            dot = name.find(".", slash + 1)
+            if dot <= slash + 1:
+                continue
+            prefix = name[:dot]
+            ext = name[dot + 1 :]
+            if lcase:
+                ext = ext.lower()
+            if prefix != key or sample is None:
+                if sample is not None:
+                    yield sample
+                key = prefix
+                sample = {"__key__": prefix, "__url__": url}
+                if local_path is not None:
+                    sample["__local_path__"] = local_path
+            if ext in sample:
+                raise ShardFormatError(
+                    f"duplicate extension {ext!r} for key {prefix!r} (two members map to one field)",
+                    url=url,
+                    member=name,
+                    offset=offset,
+                )
+            if suffixes is None or ext in suffixes:
+                sample[ext] = data
+    except ShardFormatError as err:
+        # The shard broke while reading a member. If that member already belongs to the next
+        # key, the sample in hand is complete: deliver it before the error reaches the handler.
+        # (A sample whose own member broke is incomplete and is dropped with the error.)
+        if sample is not None and err.member is not None:
+            parts = split_key(err.member)
+            if parts is not None and parts[0] != key:
                 yield sample
-            key = prefix
-            sample = {"__key__": prefix, "__url__": url}
-            if local_path is not None:
-                sample["__local_path__"] = local_path
-        assert sample is not None
-        if ext in sample:
-            raise ShardFormatError(
-                f"duplicate extension {ext!r} for key {prefix!r} (two members map to one field)",
-                url=url,
-                member=name,
-                offset=offset,
-            )
-        if suffixes is None or ext in suffixes:
-            sample[ext] = data
-    if sample is not None and len(sample) > 2:
+        raise
+    if sample is not None:
         yield sample

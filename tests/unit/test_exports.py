@@ -1,0 +1,171 @@
+"""The public surface: a sorted __all__, and every WebDataset 1.0.2 name in scope, same signatures."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+import shardstream
+
+# WebDataset 1.0.2 top-level names deliberately not provided (out of scope; see README).
+NOT_PROVIDED = {"LMDBCached", "MultiShardSample", "pytorch"}
+
+
+def test_all_is_sorted_and_complete() -> None:
+    assert shardstream.__all__ == sorted(shardstream.__all__)
+    for name in shardstream.__all__:
+        assert hasattr(shardstream, name), name
+    public = {n for n in dir(shardstream) if not n.startswith("_")}
+    # Everything public at the top level is either exported or a subpackage.
+    assert public - set(shardstream.__all__) <= {
+        "config",
+        "decoders",
+        "errors",
+        "loader",
+        "shards",
+        "sources",
+        "tar",
+        "cli",
+        "fetch",
+        "testing",
+    }
+
+
+wds = pytest.importorskip("webdataset")
+WDS_NAMES = sorted(n for n in dir(wds) if not n.startswith("_") and n not in NOT_PROVIDED)
+
+
+@pytest.mark.parametrize("name", WDS_NAMES)
+def test_webdataset_name_exists(name: str) -> None:
+    assert hasattr(shardstream, name), f"shardstream lacks WebDataset's top-level name {name!r}"
+
+
+def _params(obj: object) -> list[inspect.Parameter] | None:
+    try:
+        return list(inspect.signature(obj).parameters.values())  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+
+
+@pytest.mark.parametrize(
+    "name", [n for n in WDS_NAMES if callable(getattr(wds, n)) and not inspect.ismodule(getattr(wds, n))]
+)
+def test_webdataset_signature_is_accepted(name: str) -> None:
+    obj = getattr(wds, name)
+    if isinstance(obj, type) and issubclass(obj, BaseException):
+        pytest.skip("exceptions are caught, not constructed, by user code")
+    theirs, ours = _params(obj), _params(getattr(shardstream, name))
+    if theirs is None or ours is None:
+        pytest.skip("no introspectable signature")
+    if type(obj).__name__ == "RestCurried":
+        # A curried WebDataset stage: its first parameter is the upstream iterator, which the
+        # pipeline passes; users call it with the remaining arguments.
+        theirs = theirs[1:]
+    ours_names = {p.name for p in ours}
+    ours_var_kw = any(p.kind is p.VAR_KEYWORD for p in ours)
+    ours_var_pos = any(p.kind is p.VAR_POSITIONAL for p in ours)
+    positional = [p for p in ours if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    for i, p in enumerate(p for p in theirs if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)):
+        # Each of their positional parameters is accepted at the same position with the same name.
+        assert ours_var_pos or (i < len(positional) and positional[i].name == p.name), (
+            name,
+            p.name,
+            positional,
+        )
+    for p in theirs:
+        if p.kind is p.KEYWORD_ONLY:
+            assert p.name in ours_names or ours_var_kw, (name, p.name)
+
+
+@pytest.mark.parametrize(
+    "namespace",
+    [
+        "handlers",
+        "shardlists",
+        "autodecode",
+        "writer",
+        "filters",
+        "compat",
+        "tenbin",
+        "gopen",
+        "tariterators",
+        "mix",
+        "extradatasets",
+    ],
+)
+def test_namespaces_reachable(namespace: str) -> None:
+    ours = getattr(shardstream, namespace)
+    theirs = getattr(wds, namespace)
+    if inspect.isfunction(theirs):  # wds.gopen is the function in both
+        assert callable(ours)
+        return
+    public = [n for n in dir(theirs) if not n.startswith("_") and not inspect.ismodule(getattr(theirs, n))]
+    important = {
+        "handlers": [
+            "reraise_exception",
+            "warn_and_continue",
+            "ignore_and_continue",
+            "warn_and_stop",
+            "ignore_and_stop",
+        ],
+        "shardlists": [
+            "SimpleShardList",
+            "ResampledShards",
+            "split_by_node",
+            "split_by_worker",
+            "single_node_only",
+            "expand_urls",
+        ],
+        "filters": [
+            "shuffle",
+            "batched",
+            "unbatched",
+            "map",
+            "to_tuple",
+            "decode",
+            "rename",
+            "select",
+            "default_collation_fn",
+            "pipelinefilter",
+            "getfirst",
+        ],
+        "compat": ["WebDataset", "WebLoader", "FluidInterface", "FluidWrapper", "check_empty"],
+        "writer": ["TarWriter", "ShardWriter", "numpy_dumps", "torch_dumps", "imageencoder"],
+        "autodecode": [
+            "Decoder",
+            "imagehandler",
+            "handle_extension",
+            "Continue",
+            "DecodingError",
+            "basichandlers",
+            "imagespecs",
+            "IMAGE_EXTENSIONS",
+        ],
+        "tariterators": [
+            "tarfile_samples",
+            "tarfile_to_samples",
+            "base_plus_ext",
+            "group_by_keys",
+            "tar_file_expander",
+            "url_opener",
+            "valid_sample",
+        ],
+        "mix": ["RandomMix", "RoundRobin"],
+        "extradatasets": ["MockDataset", "with_epoch", "with_length"],
+        "tenbin": [
+            n for n in public if n in ("encode_buffer", "decode_buffer", "save", "load", "write", "read")
+        ],
+    }.get(namespace, [])
+    for n in important:
+        assert n in public, f"test list is stale: webdataset.{namespace} has no {n}"
+        assert hasattr(ours, n), f"shardstream.{namespace} lacks {n}"
+
+
+def test_utils_pytorch_worker_info_in_main_process() -> None:
+    assert shardstream.utils.pytorch_worker_info() == (0, 1, 0, 1)
+
+
+def test_compat_modules_importable_by_name() -> None:
+    from shardstream.handlers import warn_and_continue  # noqa: F401
+    from shardstream.shardlists import split_by_node  # noqa: F401

@@ -1,0 +1,73 @@
+"""WebLoader and worker splitting with a real torch DataLoader and worker processes."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import psutil
+import pytest
+import torch
+
+import shardstream as wds
+from shardstream.errors import SplitError
+
+
+def test_two_workers_read_every_sample_once(make_shards) -> None:
+    spec, keys = make_shards([5, 6, 7, 8])
+    ds = wds.WebDataset(spec).to_tuple("__key__", "cls")
+    with wds.WebLoader(ds, batch_size=None, num_workers=2) as loader:
+        got = [k for k, _ in loader]
+    assert sorted(got) == sorted(keys)
+
+
+def test_default_collation_batches_numpy_tensors_numbers_strings(make_shards) -> None:
+    spec, keys = make_shards([4, 4])
+    ds = wds.WebDataset(spec).map(
+        lambda s: (
+            s["__key__"],
+            int(s["cls"]),
+            np.full(3, int(s["cls"]), dtype=np.float32),
+            torch.tensor([int(s["cls"])]),
+        )
+    )
+    with wds.WebLoader(ds, batch_size=4, num_workers=2) as loader:
+        batches = list(loader)
+    assert len(batches) == 2
+    k, cls, arr, ten = batches[0]
+    assert list(k) == keys[:4]  # strings stay a sequence (torch's default_collate)
+    assert cls.shape == (4,) and arr.shape == (4, 3) and ten.shape == (4, 1)
+
+
+def test_fewer_shards_than_workers_names_the_counts(make_shards) -> None:
+    spec, _ = make_shards([3])
+    ds = wds.WebDataset(spec)
+    with wds.WebLoader(ds, batch_size=None, num_workers=2) as loader:
+        with pytest.raises(SplitError, match=r"1 shards for 2 workers"):
+            list(loader)
+
+
+def test_fluent_methods_on_loader_and_epoch_advance(make_shards) -> None:
+    spec, keys = make_shards([10, 10, 10, 10])
+    ds = wds.WebDataset(spec, shardshuffle=True).to_tuple("__key__", "cls")
+    loader = wds.WebLoader(ds, batch_size=None, num_workers=2)
+    pipeline = loader.batched(5)
+    epochs = [[k for batch in pipeline for k in batch[0]] for _ in range(2)]
+    assert sorted(epochs[0]) == sorted(epochs[1]) == sorted(keys)
+    assert epochs[0] != epochs[1]  # the shard order advanced with the epoch in the workers
+    loader.close()
+
+
+def test_close_shuts_down_workers(make_shards) -> None:
+    spec, _ = make_shards([50, 50])
+    loader = wds.WebLoader(wds.WebDataset(spec), batch_size=None, num_workers=2)
+    it = iter(loader)
+    next(it)
+    me = psutil.Process(os.getpid())
+    assert len(me.children()) >= 2
+    loader.close()
+    deadline = time.monotonic() + 10
+    while me.children() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert me.children() == []
