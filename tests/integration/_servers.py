@@ -172,7 +172,7 @@ class SeaweedS3:
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.startup_timeout
-        client = self.client()
+        client = self.admin
         while True:
             assert self.proc is not None
             if self.proc.poll() is not None:
@@ -196,6 +196,9 @@ class SeaweedS3:
         The data lives in a temporary directory, so a graceful shutdown (about 15 s for weed) buys
         nothing; a short grace period keeps the test session fast.
         """
+        client, self._admin_client = getattr(self, "_admin_client", None), None
+        if client is not None:
+            client.close()
         proc, self.proc = self.proc, None
         if proc is not None:
             pgid = proc.pid  # start_new_session=True: the weed process leads its own group
@@ -273,27 +276,28 @@ class SeaweedS3:
         )
 
     @property
-    def _admin(self) -> Any:
-        if not hasattr(self, "_admin_client"):
+    def admin(self) -> Any:
+        """A shared boto3 client for the admin identity (closed by :meth:`stop`)."""
+        if getattr(self, "_admin_client", None) is None:
             self._admin_client = self.client()
         return self._admin_client
 
     def create_bucket(self, name: str) -> str:
         """Create ``name`` if missing; returns it."""
         with contextlib.suppress(
-            self._admin.exceptions.BucketAlreadyOwnedByYou, self._admin.exceptions.BucketAlreadyExists
+            self.admin.exceptions.BucketAlreadyOwnedByYou, self.admin.exceptions.BucketAlreadyExists
         ):
-            self._admin.create_bucket(Bucket=name)
+            self.admin.create_bucket(Bucket=name)
         return name
 
     def put_object(self, bucket: str, key: str, data: bytes) -> str:
         """Upload ``data``; returns the ``s3://bucket/key`` URL."""
-        self._admin.put_object(Bucket=bucket, Key=key, Body=data)
+        self.admin.put_object(Bucket=bucket, Key=key, Body=data)
         return f"s3://{bucket}/{key}"
 
     def get_object(self, bucket: str, key: str) -> bytes:
         """Download an object with boto3 (for checking what shardstream wrote)."""
-        body: bytes = self._admin.get_object(Bucket=bucket, Key=key)["Body"].read()
+        body: bytes = self.admin.get_object(Bucket=bucket, Key=key)["Body"].read()
         return body
 
 

@@ -30,6 +30,19 @@ from _servers import FaultProxy, HTTPFileServer, SeaweedS3  # noqa: E402
 _bucket_numbers = itertools.count()
 
 
+@pytest.fixture(autouse=True)
+def _close_cached_sources() -> Iterator[None]:
+    """Close the sources a test built (their pools hold sockets to servers that may be gone)."""
+    yield
+    from shardstream import sources
+
+    with sources._lock:
+        cached = list(sources._instances.values())
+        sources._instances.clear()
+    for source in cached:
+        source.close()
+
+
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedS3]:
     """SeaweedFS with an S3 gateway on loopback, started once per session and stopped by PID."""

@@ -204,7 +204,7 @@ def test_multipart_write_and_read_back(s3_server: SeaweedS3, s3_bucket: str) -> 
             out.write(data[pos : pos + 1_000_003])
             assert len(out._buffer) < (5 << 20)  # type: ignore[attr-defined]  # one part at most
         assert len(out._parts) == 2  # type: ignore[attr-defined]
-    head = s3_server.client().head_object(Bucket=s3_bucket, Key="written/shard-000.tar")
+    head = s3_server.admin.head_object(Bucket=s3_bucket, Key="written/shard-000.tar")
     assert head["ContentLength"] == len(data)
     with open_url(url, storage_options=opts) as stream:
         assert _read_all(stream, 1 << 20) == data
