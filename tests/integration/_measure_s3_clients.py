@@ -116,11 +116,29 @@ def httpclient_reader(s3: SeaweedS3) -> Callable[[str, str], int]:
     return read
 
 
+def shardstream_reader(s3: SeaweedS3) -> Callable[[str, str], int]:
+    """The real thing: shardstream's S3Source (presign + pooled http.client + resumable reader)."""
+    from shardstream.sources.s3 import S3Source
+
+    source = S3Source(**s3.storage_options)
+    buf = bytearray(CHUNK)
+
+    def read(bucket: str, key: str) -> int:
+        n = 0
+        with source.open(f"s3://{bucket}/{key}") as stream:
+            while got := stream.readinto(buf):
+                n += got
+        return n
+
+    return read
+
+
 CLIENTS = {
     "boto3": boto3_reader,
     "obstore": obstore_reader,
     "urllib3+sigv4": urllib3_reader,
     "http.client+sigv4": httpclient_reader,
+    "shardstream S3Source": shardstream_reader,
 }
 
 
