@@ -25,6 +25,7 @@ from .store import ShardCache
 
 __all__ = [
     "FileCache",
+    "InvalidCachedFile",
     "LRUCleanup",
     "StreamingOpen",
     "check_tar_format",
@@ -37,6 +38,10 @@ __all__ = [
 ]
 
 log = logging.getLogger("shardstream.cache")
+
+
+class InvalidCachedFile(CacheError, ValueError):
+    """A downloaded file failed ``FileCache``'s validator (a ``ValueError``, as in WebDataset)."""
 
 Handler = Callable[[BaseException], bool]
 
@@ -202,7 +207,8 @@ class FileCache:
             with open(dest, "rb") as f:
                 head = f.read(200)
             remove_quietly(dest)
-            raise CacheError(
+            remove_quietly(self.cache.layout.meta(self.cache.name_for(url)))
+            raise InvalidCachedFile(
                 f"{dest} ({redact_url(url)}) is not a tar archive but {kind.split(': ', 1)[-1]}; it "
                 f"starts with {head[:64]!r}. The URL probably returned an error page or a different "
                 "file; it was removed from the cache."
