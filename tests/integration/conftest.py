@@ -12,6 +12,12 @@ Fixtures:
         data) -> url``, ``.url_for(path)``, ``.gets(path)``, ``.requests``, ``.fail(path, status, times)``.
     fault_proxy: a factory ``fault_proxy(upstream_url) -> FaultProxy`` (started; stopped after the
         test). ``.url``, ``.plan(Cut(n), Stall(n, s), None, ...)``, ``.connections``, ``.gets(path)``.
+
+Counting fetches ("each shard fetched exactly once"): ``http_server.gets("dir/shard.tar")``
+counts GETs at the server (all processes); for S3 put a ``fault_proxy(s3_server.endpoint_url)``
+in front and use ``s3_server.options_for(endpoint_url=proxy.url)``, then
+``proxy.gets(f"{bucket}/{key}")``; in-process, ``get_source(url, opts).requests[url]`` counts the
+GETs (resumes included) an ``S3Source`` sent. Cached sources are closed after every test.
 """
 
 from __future__ import annotations
