@@ -19,7 +19,12 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Tests never see the developer's SHARDSTREAM_*/WDS_* or launcher variables."""
     for name in list(os.environ):
         if name.startswith(ENV_PREFIXES) or name in (
-            "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS",
+            "RANK",
+            "WORLD_SIZE",
+            "LOCAL_RANK",
+            "LOCAL_WORLD_SIZE",
+            "SLURM_PROCID",
+            "SLURM_NTASKS",
             "SLURM_LOCALID",
         ):
             monkeypatch.delenv(name, raising=False)
@@ -50,10 +55,15 @@ def make_shards(tmp_path: Path) -> ShardFactory:
         urls: list[str] = []
         for shard, count in enumerate(counts):
             # One ShardWriter per shard so that each shard has exactly counts[shard] samples.
-            with ShardWriter(str(out / f"{name}-{shard:06d}-%d.tar"), maxcount=max(count, 1), index=False) as w:
+            with ShardWriter(
+                str(out / f"{name}-{shard:06d}-%d.tar"), maxcount=max(count, 1), index=False
+            ) as w:
                 for i in range(count):
                     key = f"s{shard:03d}_{i:05d}"
-                    sample = {"__key__": key, **(fields(shard, i) if fields else {"txt": f"text {shard} {i}", "cls": i})}
+                    sample = {
+                        "__key__": key,
+                        **(fields(shard, i) if fields else {"txt": f"text {shard} {i}", "cls": i}),
+                    }
                     w.write(sample)
                     keys.append(key)
             urls.append(str(out / f"{name}-{shard:06d}-0.tar"))

@@ -6,10 +6,15 @@ for where behaviour deliberately differs (safer defaults, per-epoch shard order)
 
 import sys as _sys
 
-from . import tenbin
+from . import (  # noqa: E402  (namespaces: wds.compat.WebDataset, wds.pipeline.DataPipeline)
+    cache,  # noqa: E402
+    compat,
+    pipeline,
+    tenbin,
+)
 from .cache import LRUCleanup, pipe_cleaner
-from .compat import autodecode, extradatasets, filters, gopen as _gopen_module, handlers, mix, shardlists
-from .compat import tariterators, utils, writer
+from .compat import autodecode, extradatasets, filters, handlers, mix, shardlists, tariterators, utils, writer
+from .compat import gopen as _gopen_module
 from .compat.autodecode import (
     Continue,
     Decoder,
@@ -21,12 +26,15 @@ from .compat.autodecode import (
     torch_loads,
     torch_video,
 )
+from .compat.gopen import gopen, gopen_schemes
+from .compat.mix import RandomMix, RoundRobin
 from .errors import (
     AccessDeniedError,
     CacheError,
     CacheLockTimeout,
     ConfigurationError,
     DecodingError,
+    ObjectChangedError,
     PipeCommandError,
     ShardFormatError,
     ShardNotFoundError,
@@ -36,8 +44,6 @@ from .errors import (
     TransientSourceError,
     UnsafeOperationError,
 )
-from .compat.gopen import gopen, gopen_schemes
-from .compat.mix import RandomMix, RoundRobin
 from .loader.loader import WebLoader
 from .pipeline.base import FunctionStage, PipelineStage, Stage, pipelinefilter
 from .pipeline.batch import batched, default_collation_fn, listed, unbatched, unlisted
@@ -58,7 +64,13 @@ from .pipeline.extra import (
 )
 from .pipeline.fields import extract_keys, getfirst, rename, rename_keys, to_tuple
 from .pipeline.fluent import FluidInterface, FluidWrapper, WebDataset, check_empty
-from .pipeline.handlers import ignore_and_continue, ignore_and_stop, reraise_exception, warn_and_continue, warn_and_stop
+from .pipeline.handlers import (
+    ignore_and_continue,
+    ignore_and_stop,
+    reraise_exception,
+    warn_and_continue,
+    warn_and_stop,
+)
 from .pipeline.mapping import map, map_dict, map_tuple, select, transform_with
 from .pipeline.pipeline import DataPipeline
 from .pipeline.shuffle import detshuffle, shuffle
@@ -70,16 +82,20 @@ from .tar.samples import tarfile_samples, tarfile_to_samples
 from .tar.sharded_writer import ShardWriter
 from .tar.writer import TarWriter
 
-from . import compat, pipeline  # noqa: E402  (namespaces: wds.compat.WebDataset, wds.pipeline.DataPipeline)
-from . import cache  # noqa: E402
-
 __version__ = "0.1.0"
 
 # WebDataset users also write ``from webdataset.handlers import ...``: make the compatibility
 # namespaces importable under our name too (they are thin re-export modules).
 for _name, _module in {
-    "handlers": handlers, "shardlists": shardlists, "filters": filters, "tariterators": tariterators,
-    "utils": utils, "gopen": _gopen_module, "mix": mix, "autodecode": autodecode, "writer": writer,
+    "handlers": handlers,
+    "shardlists": shardlists,
+    "filters": filters,
+    "tariterators": tariterators,
+    "utils": utils,
+    "gopen": _gopen_module,
+    "mix": mix,
+    "autodecode": autodecode,
+    "writer": writer,
     "extradatasets": extradatasets,
 }.items():
     _sys.modules.setdefault(f"{__name__}.{_name}", _module)
@@ -101,6 +117,7 @@ __all__ = [
     "FunctionStage",
     "LRUCleanup",
     "MockDataset",
+    "ObjectChangedError",
     "PipeCommandError",
     "PipelineStage",
     "RandomMix",

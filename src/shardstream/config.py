@@ -88,7 +88,9 @@ def parse_size(text: str | int, *, name: str = "size") -> int:
     try:
         return int(float(number) * _SUFFIXES[unit])
     except ValueError:
-        raise ConfigurationError(f"{name}={text!r} is not a size; use bytes or a suffix like 512M or 10G") from None
+        raise ConfigurationError(
+            f"{name}={text!r} is not a size; use bytes or a suffix like 512M or 10G"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -127,7 +129,9 @@ def read_settings(environ: Mapping[str, str] | None = None) -> Settings:
         # WebDataset uses -1 for "unlimited"; normalise to None.
         cache_size=None if cache_size is not None and cache_size < 0 else cache_size,
         seed=int(_number("SHARDSTREAM_SEED", seed, int, 0)) if seed is not None else None,
-        lock_timeout=_number("SHARDSTREAM_LOCK_TIMEOUT", env_value("SHARDSTREAM_LOCK_TIMEOUT", env), float, 600.0),
+        lock_timeout=_number(
+            "SHARDSTREAM_LOCK_TIMEOUT", env_value("SHARDSTREAM_LOCK_TIMEOUT", env), float, 600.0
+        ),
         retries=int(_number("SHARDSTREAM_RETRIES", env_value("SHARDSTREAM_RETRIES", env), int, 8)),
         retry_deadline=_number(
             "SHARDSTREAM_RETRY_DEADLINE", env_value("SHARDSTREAM_RETRY_DEADLINE", env), float, 300.0
@@ -156,7 +160,7 @@ def _int(env: Mapping[str, str], name: str) -> int | None:
     if value in (None, ""):
         return None
     try:
-        return int(value)  # type: ignore[arg-type]
+        return int(value)
     except ValueError:
         raise ConfigurationError(f"environment variable {name}={value!r} is not an integer") from None
 
@@ -166,12 +170,21 @@ def launcher_env(environ: Mapping[str, str] | None = None) -> LauncherEnv:
     env = os.environ if environ is None else environ
     if "RANK" in env and "WORLD_SIZE" in env:
         return LauncherEnv(
-            _int(env, "RANK"), _int(env, "WORLD_SIZE"), _int(env, "LOCAL_RANK"), _int(env, "LOCAL_WORLD_SIZE"),
+            _int(env, "RANK"),
+            _int(env, "WORLD_SIZE"),
+            _int(env, "LOCAL_RANK"),
+            _int(env, "LOCAL_WORLD_SIZE"),
             "torchrun",
         )
     if "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
-        ntasks_per_node = _int(env, "SLURM_NTASKS_PER_NODE") if env.get("SLURM_NTASKS_PER_NODE", "").isdigit() else None
+        ntasks_per_node = (
+            _int(env, "SLURM_NTASKS_PER_NODE") if env.get("SLURM_NTASKS_PER_NODE", "").isdigit() else None
+        )
         return LauncherEnv(
-            _int(env, "SLURM_PROCID"), _int(env, "SLURM_NTASKS"), _int(env, "SLURM_LOCALID"), ntasks_per_node, "slurm"
+            _int(env, "SLURM_PROCID"),
+            _int(env, "SLURM_NTASKS"),
+            _int(env, "SLURM_LOCALID"),
+            ntasks_per_node,
+            "slurm",
         )
     return LauncherEnv()

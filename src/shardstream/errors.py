@@ -13,6 +13,7 @@ clauses written for WebDataset keep working::
     │   ├── ShardNotFoundError (FileNotFoundError)  404 / missing file / unknown bucket
     │   ├── AccessDeniedError (PermissionError)     401 / 403 / bad credentials
     │   ├── TransientSourceError (ConnectionError)  reset, timeout, 5xx: retried with resume
+    │   ├── ObjectChangedError                object replaced mid-read (ETag/size changed, 412)
     │   └── PipeCommandError                 a pipe: command exited with a failing status
     └── CacheError (OSError)                 the shard cache cannot be used
         └── CacheLockTimeout (TimeoutError)  waited too long for another process's download
@@ -31,6 +32,7 @@ __all__ = [
     "CacheLockTimeout",
     "ConfigurationError",
     "DecodingError",
+    "ObjectChangedError",
     "PipeCommandError",
     "ShardFormatError",
     "ShardNotFoundError",
@@ -135,6 +137,10 @@ class AccessDeniedError(SourceError, PermissionError):
 
 class TransientSourceError(SourceError, ConnectionError):
     """A fault worth retrying: connection reset, timeout, throttling or a 5xx status."""
+
+
+class ObjectChangedError(SourceError):
+    """The object was replaced while it was being read, so resuming would mix two versions."""
 
 
 class PipeCommandError(SourceError):

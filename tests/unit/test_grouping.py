@@ -30,11 +30,23 @@ def members(*names: str) -> list[tuple[str, bytes, int]]:
 
 
 def test_grouping_rules() -> None:
-    samples = list(group_samples(
-        members("a.jpg", "a.CLS", "a.seg.png", "__meta__", "__index__/x.txt", "noext", "b.d/.x", "dir.v/b.txt",
-                "c.txt"),
-        "u.tar", local_path="/p/u.tar",
-    ))
+    samples = list(
+        group_samples(
+            members(
+                "a.jpg",
+                "a.CLS",
+                "a.seg.png",
+                "__meta__",
+                "__index__/x.txt",
+                "noext",
+                "b.d/.x",
+                "dir.v/b.txt",
+                "c.txt",
+            ),
+            "u.tar",
+            local_path="/p/u.tar",
+        )
+    )
     assert [s["__key__"] for s in samples] == ["a", "dir.v/b", "c"]
     assert set(samples[0]) == {"__key__", "__url__", "__local_path__", "jpg", "cls", "seg.png"}
     assert samples[0]["cls"] == b"a.CLS"
@@ -59,8 +71,12 @@ def test_non_consecutive_same_key_gives_two_samples() -> None:
 
 
 def test_select_and_rename_hooks() -> None:
-    samples = list(group_samples(
-        members("a.jpg", "a.txt"), "u", select_files=lambda n: not n.endswith(".txt"),
-        rename_files=lambda n: n.replace(".jpg", ".png"),
-    ))
+    samples = list(
+        group_samples(
+            members("a.jpg", "a.txt"),
+            "u",
+            select_files=lambda n: not n.endswith(".txt"),
+            rename_files=lambda n: n.replace(".jpg", ".png"),
+        )
+    )
     assert set(samples[0]) == {"__key__", "__url__", "png"}

@@ -12,7 +12,9 @@ from shardstream.errors import ShardFormatError
 from shardstream.tar.reader import iter_members
 
 
-def build_tar(members: list[tuple[str, bytes]], fmt: int = tarfile.USTAR_FORMAT, extra_types: bool = False) -> bytes:
+def build_tar(
+    members: list[tuple[str, bytes]], fmt: int = tarfile.USTAR_FORMAT, extra_types: bool = False
+) -> bytes:
     bio = io.BytesIO()
     with tarfile.open(fileobj=bio, mode="w", format=fmt) as tf:
         if extra_types:
@@ -39,8 +41,11 @@ def read(raw: bytes, blocksize: int = 1 << 20) -> list[tuple[str, bytes]]:
     return [(n, d) for n, d, _ in iter_members(io.BytesIO(raw), "mem://t.tar", blocksize=blocksize)]
 
 
-MEMBERS = [(f"dir.v1/s{i:04d}.{ext}", bytes([i % 251]) * size)
-           for i, size in enumerate([0, 1, 511, 512, 513, 1000, 5000, 70000]) for ext in ("a", "b.c")]
+MEMBERS = [
+    (f"dir.v1/s{i:04d}.{ext}", bytes([i % 251]) * size)
+    for i, size in enumerate([0, 1, 511, 512, 513, 1000, 5000, 70000])
+    for ext in ("a", "b.c")
+]
 
 
 @pytest.mark.parametrize("fmt", [tarfile.USTAR_FORMAT, tarfile.GNU_FORMAT, tarfile.PAX_FORMAT])
@@ -104,7 +109,7 @@ def test_truncated_data_reports_member_and_header_offset() -> None:
     raw = build_tar([("a.txt", b"x" * 600), ("b.txt", b"y" * 3000)])
     # b.txt's header is at 512 + 1024 = 1536; cut inside its data.
     with pytest.raises(ShardFormatError) as info:
-        read(raw[:1536 + 512 + 100], 512)
+        read(raw[: 1536 + 512 + 100], 512)
     assert info.value.member == "b.txt"
     assert info.value.offset == 1536
     assert "truncated member data" in str(info.value)

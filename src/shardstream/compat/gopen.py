@@ -18,7 +18,11 @@ def gopen(url: str, mode: str = "rb", bufsize: int = 8192, **kw: Any) -> BinaryI
     ``pipe:`` URLs need ``allow_pipe=True``; ``storage_options=`` passes source options.
     """
     if mode.startswith("r"):
-        return open_url(url, storage_options=kw.get("storage_options"), allow_pipe=kw.get("allow_pipe", False))
+        return open_url(
+            url, storage_options=kw.get("storage_options"), allow_pipe=kw.get("allow_pipe", False)
+        )
     if mode.startswith("w"):
-        return create_url(url, storage_options=kw.get("storage_options"), allow_pipe=kw.get("allow_pipe", False))
+        return create_url(
+            url, storage_options=kw.get("storage_options"), allow_pipe=kw.get("allow_pipe", False)
+        )
     raise ValueError(f"gopen mode {mode!r} is not supported; use 'rb' or 'wb'")

@@ -33,8 +33,13 @@ class RoundRobin(IterableDataset):  # type: ignore[type-arg]
 class RandomMix(IterableDataset):  # type: ignore[type-arg]
     """Draw each sample from a dataset chosen at random with ``probs`` weights."""
 
-    def __init__(self, datasets: Sequence[Iterable[Any]], probs: Sequence[float] | None = None,
-                 longest: bool = False, seed: int | None = None) -> None:
+    def __init__(
+        self,
+        datasets: Sequence[Iterable[Any]],
+        probs: Sequence[float] | None = None,
+        longest: bool = False,
+        seed: int | None = None,
+    ) -> None:
         self.datasets = datasets
         self.probs = list(probs) if probs is not None else [1.0] * len(datasets)
         self.longest = longest

@@ -16,8 +16,16 @@ from ..tar.grouping import group_samples, split_key
 from ..tar.reader import iter_members
 from ..tar.samples import tarfile_samples, tarfile_to_samples
 
-__all__ = ["base_plus_ext", "group_by_keys", "tar_file_expander", "tar_file_iterator", "tarfile_samples",
-           "tarfile_to_samples", "url_opener", "valid_sample"]
+__all__ = [
+    "base_plus_ext",
+    "group_by_keys",
+    "tar_file_expander",
+    "tar_file_iterator",
+    "tarfile_samples",
+    "tarfile_to_samples",
+    "url_opener",
+    "valid_sample",
+]
 
 
 def base_plus_ext(path: str) -> tuple[str | None, str | None]:
@@ -30,7 +38,9 @@ def valid_sample(sample: Any) -> bool:
     return isinstance(sample, dict) and len(sample) > 0 and not sample.get("__bad__", False)
 
 
-def url_opener(data: Iterable[dict[str, Any]], handler: Handler = reraise_exception, **kw: Any) -> Iterator[dict[str, Any]]:
+def url_opener(
+    data: Iterable[dict[str, Any]], handler: Handler = reraise_exception, **kw: Any
+) -> Iterator[dict[str, Any]]:
     """``{"url"}`` -> ``{"url", "stream"}``."""
     for sample in data:
         try:
@@ -41,9 +51,13 @@ def url_opener(data: Iterable[dict[str, Any]], handler: Handler = reraise_except
             break
 
 
-def tar_file_iterator(fileobj: Any, skip_meta: Any = None, handler: Handler = reraise_exception,
-                      select_files: Callable[[str], bool] | None = None,
-                      rename_files: Callable[[str], str] | None = None) -> Iterator[dict[str, Any]]:
+def tar_file_iterator(
+    fileobj: Any,
+    skip_meta: Any = None,
+    handler: Handler = reraise_exception,
+    select_files: Callable[[str], bool] | None = None,
+    rename_files: Callable[[str], str] | None = None,
+) -> Iterator[dict[str, Any]]:
     """``{"fname", "data"}`` for each regular member of an open tar stream."""
     try:
         for name, data, _offset in iter_members(fileobj):
@@ -57,17 +71,21 @@ def tar_file_iterator(fileobj: Any, skip_meta: Any = None, handler: Handler = re
             return
 
 
-def tar_file_expander(data: Iterable[dict[str, Any]], handler: Handler = reraise_exception,
-                      select_files: Callable[[str], bool] | None = None,
-                      rename_files: Callable[[str], str] | None = None,
-                      eof_value: Any = None) -> Iterator[dict[str, Any]]:
+def tar_file_expander(
+    data: Iterable[dict[str, Any]],
+    handler: Handler = reraise_exception,
+    select_files: Callable[[str], bool] | None = None,
+    rename_files: Callable[[str], str] | None = None,
+    eof_value: Any = None,
+) -> Iterator[dict[str, Any]]:
     """``{"url", "stream"}`` -> ``{"fname", "data", "__url__"}`` for every member."""
     for source in data:
         url = source["url"]
         stream = source["stream"]
         try:
-            for item in tar_file_iterator(stream, handler=handler, select_files=select_files,
-                                          rename_files=rename_files):
+            for item in tar_file_iterator(
+                stream, handler=handler, select_files=select_files, rename_files=rename_files
+            ):
                 item["__url__"] = url
                 yield item
             if eof_value is not None:
@@ -76,8 +94,13 @@ def tar_file_expander(data: Iterable[dict[str, Any]], handler: Handler = reraise
             stream.close()
 
 
-def group_by_keys(data: Iterable[dict[str, Any]], keys: Any = None, lcase: bool = True,
-                  suffixes: set[str] | None = None, handler: Handler = reraise_exception) -> Iterator[dict[str, Any]]:
+def group_by_keys(
+    data: Iterable[dict[str, Any]],
+    keys: Any = None,
+    lcase: bool = True,
+    suffixes: set[str] | None = None,
+    handler: Handler = reraise_exception,
+) -> Iterator[dict[str, Any]]:
     """``{"fname", "data", "__url__"}`` items -> samples (consecutive members with one key)."""
     url = None
     batch: list[tuple[str, bytes, int]] = []

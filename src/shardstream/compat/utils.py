@@ -9,8 +9,15 @@ from ..pipeline.base import PipelineStage
 from ..pipeline.extra import repeatedly
 from ..shards.world import World, derive_seed
 
-__all__ = ["PipelineStage", "identity", "is_iterable", "make_seed", "pytorch_worker_info", "pytorch_worker_seed",
-           "repeatedly"]
+__all__ = [
+    "PipelineStage",
+    "identity",
+    "is_iterable",
+    "make_seed",
+    "pytorch_worker_info",
+    "pytorch_worker_seed",
+    "repeatedly",
+]
 
 
 def pytorch_worker_info(group: Any = None) -> tuple[int, int, int, int]:

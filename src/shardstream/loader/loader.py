@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from torch.utils.data import DataLoader
@@ -60,7 +60,7 @@ class WebLoader(DataLoader, FluidInterface):  # type: ignore[type-arg]
         """Use ``epoch`` for the next ``iter()``."""
         self._epoch = epoch - 1
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Any:  # a DataLoader iterator (torch's private _BaseDataLoaderIter)
         self._epoch += 1
         set_epoch = getattr(self.dataset, "set_epoch", None)
         if set_epoch is not None:

@@ -4,7 +4,13 @@ from .base import FunctionStage, PipelineStage, Stage, StageStats, pipelinefilte
 from .batch import batched, default_collation_fn, listed, unbatched, unlisted
 from .decode import decode
 from .fields import extract_keys, getfirst, rename, rename_keys, to_tuple
-from .handlers import ignore_and_continue, ignore_and_stop, reraise_exception, warn_and_continue, warn_and_stop
+from .handlers import (
+    ignore_and_continue,
+    ignore_and_stop,
+    reraise_exception,
+    warn_and_continue,
+    warn_and_stop,
+)
 from .mapping import map, map_dict, map_tuple, select, transform_with
 from .pipeline import DataPipeline
 from .shuffle import detshuffle, shuffle

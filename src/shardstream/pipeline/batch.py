@@ -29,7 +29,9 @@ def _combine(values: list[Any], combine_tensors: bool, combine_scalars: bool) ->
     return list(values)
 
 
-def default_collation_fn(samples: Sequence[Any], combine_tensors: bool = True, combine_scalars: bool = True) -> Any:
+def default_collation_fn(
+    samples: Sequence[Any], combine_tensors: bool = True, combine_scalars: bool = True
+) -> Any:
     """Collate a list of tuples (or dicts) into one tuple (dict) of batched columns.
 
     Numbers become a numpy array, numpy arrays and torch tensors are stacked, anything else
@@ -51,7 +53,9 @@ def default_collation_fn(samples: Sequence[Any], combine_tensors: bool = True, c
         width = len(first)
         if any(len(s) != width for s in samples):
             raise ValueError("cannot collate tuples of different lengths")
-        return tuple(_combine([s[i] for s in samples], combine_tensors, combine_scalars) for i in range(width))
+        return tuple(
+            _combine([s[i] for s in samples], combine_tensors, combine_scalars) for i in range(width)
+        )
     return _combine(list(samples), combine_tensors, combine_scalars)
 
 
@@ -65,8 +69,9 @@ class Batched(Stage):
         partial: yield the last, smaller batch (default True).
     """
 
-    def __init__(self, batchsize: int = 20, collation_fn: Collate | None = default_collation_fn,
-                 partial: bool = True) -> None:
+    def __init__(
+        self, batchsize: int = 20, collation_fn: Collate | None = default_collation_fn, partial: bool = True
+    ) -> None:
         if batchsize < 1:
             raise ValueError(f"batchsize={batchsize} must be at least 1")
         self.batchsize = batchsize
@@ -85,7 +90,9 @@ class Batched(Stage):
             yield collate(batch) if collate is not None else batch
 
 
-def batched(batchsize: int = 20, collation_fn: Collate | None = default_collation_fn, partial: bool = True) -> Batched:
+def batched(
+    batchsize: int = 20, collation_fn: Collate | None = default_collation_fn, partial: bool = True
+) -> Batched:
     return Batched(batchsize, collation_fn, partial)
 
 
@@ -105,7 +112,7 @@ class _Unbatched(Stage):
                 for i in range(lengths.pop()):
                     yield {k: batch[k][i] for k in keys}
             elif isinstance(batch, (list, tuple)):
-                yield from zip(*batch)
+                yield from zip(*batch, strict=True)
             else:
                 raise ValueError(f"cannot unbatch a {type(batch).__name__}; expected a tuple or dict batch")
 

@@ -14,8 +14,20 @@ from torch.utils.data import IterableDataset
 from ..shards.world import World, derive_seed
 from .base import Stage, pipelinefilter
 
-__all__ = ["Cached", "MockDataset", "associate", "info", "non_empty", "repeatedly", "resampled", "rsample", "slice",
-           "with_epoch", "with_length", "xdecode"]
+__all__ = [
+    "Cached",
+    "MockDataset",
+    "associate",
+    "info",
+    "non_empty",
+    "repeatedly",
+    "resampled",
+    "rsample",
+    "slice",
+    "with_epoch",
+    "with_length",
+    "xdecode",
+]
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +61,15 @@ def rsample(p: float = 0.5) -> Stage:
     return _RandomSample(p)
 
 
-def _info(data: Iterator[Any], fmt: str | None = None, n: int = 3, every: int = -1, width: int = 50,
-          stream: Any = None, name: str = "") -> Iterator[Any]:
+def _info(
+    data: Iterator[Any],
+    fmt: str | None = None,
+    n: int = 3,
+    every: int = -1,
+    width: int = 50,
+    stream: Any = None,
+    name: str = "",
+) -> Iterator[Any]:
     for i, sample in enumerate(data):
         if i < n or (every > 0 and (i + 1) % every == 0):
             text = fmt.format(**sample) if fmt is not None else repr(sample)[:width]
@@ -61,8 +80,9 @@ def _info(data: Iterator[Any], fmt: str | None = None, n: int = 3, every: int = 
 info = pipelinefilter(_info)
 
 
-def _associate(data: Iterator[Any], associator: Callable[[str], dict[str, Any]] | dict[str, Any],
-               **kw: Any) -> Iterator[Any]:
+def _associate(
+    data: Iterator[Any], associator: Callable[[str], dict[str, Any]] | dict[str, Any], **kw: Any
+) -> Iterator[Any]:
     for sample in data:
         extra = associator(sample["__key__"]) if callable(associator) else associator.get(sample["__key__"])
         if extra is not None:
@@ -98,8 +118,13 @@ def _resampled(src: Iterator[Any], n: int = sys.maxsize) -> Iterator[Any]:
 resampled = pipelinefilter(_resampled)
 
 
-def repeatedly(source: Iterable[Any], nepochs: int | None = None, nbatches: int | None = None,
-               nsamples: int | None = None, batchsize: Callable[[Any], int] | None = None) -> Iterator[Any]:
+def repeatedly(
+    source: Iterable[Any],
+    nepochs: int | None = None,
+    nbatches: int | None = None,
+    nsamples: int | None = None,
+    batchsize: Callable[[Any], int] | None = None,
+) -> Iterator[Any]:
     """Iterate ``source`` again and again, stopping after ``nepochs``/``nbatches``/``nsamples``."""
     count_batches = 0
     count_samples = 0
@@ -185,8 +210,13 @@ class Cached(Stage):
 
 
 class _XDecode(Stage):
-    def __init__(self, *args: tuple[str, Callable[[bytes], Any]], must_decode: bool = True,
-                 defaults: bool = True, **kw: Callable[[bytes], Any]) -> None:
+    def __init__(
+        self,
+        *args: tuple[str, Callable[[bytes], Any]],
+        must_decode: bool = True,
+        defaults: bool = True,
+        **kw: Callable[[bytes], Any],
+    ) -> None:
         import fnmatch
 
         patterns = [*args, *(("*." + k, v) for k, v in kw.items())]
@@ -215,7 +245,11 @@ class _XDecode(Stage):
             yield out
 
 
-def xdecode(*args: tuple[str, Callable[[bytes], Any]], must_decode: bool = True, defaults: bool = True,
-            **kw: Callable[[bytes], Any]) -> Stage:
+def xdecode(
+    *args: tuple[str, Callable[[bytes], Any]],
+    must_decode: bool = True,
+    defaults: bool = True,
+    **kw: Callable[[bytes], Any],
+) -> Stage:
     """Decode fields by glob pattern: ``xdecode(("*.txt", bytes.decode), cls=int)``."""
     return _XDecode(*args, must_decode=must_decode, defaults=defaults, **kw)

@@ -23,7 +23,9 @@ def _alternatives(spec: str | Sequence[str]) -> tuple[str, ...]:
     return tuple(spec)
 
 
-def getfirst(a: dict[str, Any], keys: str | Sequence[str], default: Any = None, missing_is_error: bool = True) -> Any:
+def getfirst(
+    a: dict[str, Any], keys: str | Sequence[str], default: Any = None, missing_is_error: bool = True
+) -> Any:
     """Value of the first of ``keys`` (a list or ``"jpg;png"``) present in ``a``."""
     for k in _alternatives(keys):
         if k in a:
@@ -40,7 +42,10 @@ class ToTuple(Stage):
     """Turn dict samples into tuples of the named fields (``"jpg;png"`` picks the first present)."""
 
     def __init__(
-        self, *fields: str, handler: Handler = reraise_exception, missing_is_error: bool = True,
+        self,
+        *fields: str,
+        handler: Handler = reraise_exception,
+        missing_is_error: bool = True,
         none_is_error: bool | None = None,
     ) -> None:
         if len(fields) == 1 and " " in fields[0]:
@@ -74,8 +79,12 @@ class ToTuple(Stage):
             yield result
 
 
-def to_tuple(*fields: str, handler: Handler = reraise_exception, missing_is_error: bool = True,
-             none_is_error: bool | None = None) -> ToTuple:
+def to_tuple(
+    *fields: str,
+    handler: Handler = reraise_exception,
+    missing_is_error: bool = True,
+    none_is_error: bool | None = None,
+) -> ToTuple:
     return ToTuple(*fields, handler=handler, missing_is_error=missing_is_error, none_is_error=none_is_error)
 
 
@@ -116,7 +125,7 @@ class _ExtractKeys(Stage):
 
     def run(self, src: Iterator[Any]) -> Iterator[Any]:
         for sample in src:
-            result = []
+            result: list[Any] = []
             for pattern in self.patterns:
                 matches = [v for k, v in sample.items() if fnmatch.fnmatch("." + k, "*." + pattern)]
                 if not matches:
@@ -136,8 +145,14 @@ def extract_keys(*patterns: str, duplicate_is_error: bool = True, ignore_missing
 
 
 class _RenameKeys(Stage):
-    def __init__(self, *args: tuple[str, str], keep_unselected: bool = False, must_match: bool = True,
-                 duplicate_is_error: bool = True, **kw: str) -> None:
+    def __init__(
+        self,
+        *args: tuple[str, str],
+        keep_unselected: bool = False,
+        must_match: bool = True,
+        duplicate_is_error: bool = True,
+        **kw: str,
+    ) -> None:
         self.rules = [(new, re.compile(fnmatch.translate(pat))) for new, pat in [*args, *kw.items()]]
         self.keep_unselected = keep_unselected
         self.must_match = must_match
@@ -151,7 +166,9 @@ class _RenameKeys(Stage):
                 for new, pat in self.rules:
                     if pat.match(key):
                         if new in out and self.duplicate_is_error:
-                            raise ValueError(f"rename_keys: two fields map to {new!r} in {sample.get('__key__')!r}")
+                            raise ValueError(
+                                f"rename_keys: two fields map to {new!r} in {sample.get('__key__')!r}"
+                            )
                         out[new] = value
                         matched.add(new)
                         break
@@ -164,8 +181,18 @@ class _RenameKeys(Stage):
             yield out
 
 
-def rename_keys(*args: tuple[str, str], keep_unselected: bool = False, must_match: bool = True,
-                duplicate_is_error: bool = True, **kw: str) -> Stage:
+def rename_keys(
+    *args: tuple[str, str],
+    keep_unselected: bool = False,
+    must_match: bool = True,
+    duplicate_is_error: bool = True,
+    **kw: str,
+) -> Stage:
     """Rename fields by glob patterns: ``rename_keys(image="*.jpg")``."""
-    return _RenameKeys(*args, keep_unselected=keep_unselected, must_match=must_match,
-                       duplicate_is_error=duplicate_is_error, **kw)
+    return _RenameKeys(
+        *args,
+        keep_unselected=keep_unselected,
+        must_match=must_match,
+        duplicate_is_error=duplicate_is_error,
+        **kw,
+    )

@@ -34,8 +34,12 @@ class FluidInterface:
     def compose(self, *stages: Any) -> Any:
         raise NotImplementedError
 
-    def batched(self, batchsize: int, collation_fn: Callable[[list[Any]], Any] | None = batch.default_collation_fn,
-                partial: bool = True) -> Any:
+    def batched(
+        self,
+        batchsize: int,
+        collation_fn: Callable[[list[Any]], Any] | None = batch.default_collation_fn,
+        partial: bool = True,
+    ) -> Any:
         return self.compose(batch.batched(batchsize, collation_fn=collation_fn, partial=partial))
 
     def unbatched(self) -> Any:
@@ -55,9 +59,19 @@ class FluidInterface:
     def map(self, f: Callable[[Any], Any], handler: Handler = reraise_exception) -> Any:
         return self.compose(map_stages.map(f, handler=handler))
 
-    def decode(self, *args: Any, pre: Any = None, post: Any = None, only: Any = None, partial: bool = False,
-               handler: Handler = reraise_exception, **kw: Any) -> Any:
-        return self.compose(Decode(*args, pre=pre, post=post, only=only, partial=partial, handler=handler, **kw))
+    def decode(
+        self,
+        *args: Any,
+        pre: Any = None,
+        post: Any = None,
+        only: Any = None,
+        partial: bool = False,
+        handler: Handler = reraise_exception,
+        **kw: Any,
+    ) -> Any:
+        return self.compose(
+            Decode(*args, pre=pre, post=post, only=only, partial=partial, handler=handler, **kw)
+        )
 
     def map_dict(self, handler: Handler = reraise_exception, **kw: Callable[[Any], Any]) -> Any:
         return self.compose(map_stages.map_dict(handler=handler, **kw))
@@ -208,7 +222,9 @@ class WebDataset(DataPipeline, FluidInterface):
         super().__init__()
         resampled = resampled or mode == "resampled"
         self.seed = seed
-        self.urls = expand_urls(urls) if not isinstance(urls, (SimpleShardList, ResampledShards)) else urls.urls
+        self.urls = (
+            expand_urls(urls) if not isinstance(urls, (SimpleShardList, ResampledShards)) else urls.urls
+        )
         self._planned: PlannedSamples | None = None
         self._len_batching: tuple[tuple[int, bool], ...] = ()
         if split is not None:
@@ -219,13 +235,27 @@ class WebDataset(DataPipeline, FluidInterface):
                 )
             if opener is None:
                 opener = _cache_opener(cache_dir, cache_size, url_to_name, storage_options, allow_pipe)
-            reader = TarSamples(handler, select_files, rename_files, storage_options=storage_options,
-                                allow_pipe=allow_pipe, opener=opener)
+            reader = TarSamples(
+                handler,
+                select_files,
+                rename_files,
+                storage_options=storage_options,
+                allow_pipe=allow_pipe,
+                opener=opener,
+            )
             shuffle = bool(shardshuffle) if shardshuffle is not None else split != "exact"
             self._planned = PlannedSamples(
-                self.urls, mode=split, batch_size=batch_size or 1, epoch_size=epoch_size,
-                granularity=granularity, seed=seed, shuffle=shuffle, index=index, count_cache=count_cache,
-                world=world, reader=reader,
+                self.urls,
+                mode=split,
+                batch_size=batch_size or 1,
+                epoch_size=epoch_size,
+                granularity=granularity,
+                seed=seed,
+                shuffle=shuffle,
+                index=index,
+                count_cache=count_cache,
+                world=world,
+                reader=reader,
             )
             self.append(self._planned)
             return
@@ -242,8 +272,14 @@ class WebDataset(DataPipeline, FluidInterface):
         if opener is None:
             opener = _cache_opener(cache_dir, cache_size, url_to_name, storage_options, allow_pipe)
         self.append(
-            TarSamples(handler, select_files, rename_files, storage_options=storage_options,
-                       allow_pipe=allow_pipe, opener=opener)
+            TarSamples(
+                handler,
+                select_files,
+                rename_files,
+                storage_options=storage_options,
+                allow_pipe=allow_pipe,
+                opener=opener,
+            )
         )
         if empty_check:
             self.append(_CheckEmpty(len(self.urls)))
@@ -273,8 +309,13 @@ class WebDataset(DataPipeline, FluidInterface):
         return DataPipeline.__len__(self)
 
 
-def _cache_opener(cache_dir: str | None | Unset, cache_size: int | None | Unset, url_to_name: Any,
-                  storage_options: Mapping[str, Any] | None, allow_pipe: bool) -> Opener | None:
+def _cache_opener(
+    cache_dir: str | None | Unset,
+    cache_size: int | None | Unset,
+    url_to_name: Any,
+    storage_options: Mapping[str, Any] | None,
+    allow_pipe: bool,
+) -> Opener | None:
     """The shard cache opener, or ``None`` for no cache (no directory, or ``cache_size=0``).
 
     Explicit arguments win; unset ones come from SHARDSTREAM_CACHE_DIR/SIZE (or WDS_CACHE/SIZE).
@@ -284,8 +325,13 @@ def _cache_opener(cache_dir: str | None | Unset, cache_size: int | None | Unset,
     settings = read_settings()
     directory = settings.cache_dir if isinstance(cache_dir, Unset) else cache_dir
     size = settings.cache_size if isinstance(cache_size, Unset) else cache_size
-    return make_cache_opener(cache_dir=directory, cache_size=size, url_to_name=url_to_name,
-                             storage_options=storage_options, allow_pipe=allow_pipe)
+    return make_cache_opener(
+        cache_dir=directory,
+        cache_size=size,
+        url_to_name=url_to_name,
+        storage_options=storage_options,
+        allow_pipe=allow_pipe,
+    )
 
 
 class FluidWrapper(DataPipeline, FluidInterface):

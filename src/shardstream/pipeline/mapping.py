@@ -72,7 +72,7 @@ class MapTuple(Stage):
                         f"map_tuple got {len(fs)} functions for a sample of {len(sample)} elements; "
                         "pass one function (or None) per element"
                     )
-                result = tuple(x if f is None else f(x) for f, x in zip(fs, sample))
+                result = tuple(x if f is None else f(x) for f, x in zip(fs, sample, strict=True))
             except Exception as exn:
                 if self.handle(self.handler, exn):
                     continue
@@ -106,7 +106,9 @@ def select(predicate: Callable[[Any], bool]) -> Select:
     return Select(predicate)
 
 
-def transform_with(sample: Sequence[Any], transformers: Sequence[Callable[[Any], Any] | None] | None) -> list[Any]:
+def transform_with(
+    sample: Sequence[Any], transformers: Sequence[Callable[[Any], Any] | None] | None
+) -> list[Any]:
     """Apply transformers element-wise to a tuple/list sample (WebDataset helper)."""
     if transformers is None or len(transformers) == 0:
         return list(sample)

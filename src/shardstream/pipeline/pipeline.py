@@ -186,9 +186,7 @@ class DataPipeline(IterableDataset):  # type: ignore[type-arg]
 
     def __len__(self) -> int:
         if self.size is None:
-            raise TypeError(
-                "this pipeline's length is unknown; call .with_length(n) or use with_epoch(n)"
-            )
+            raise TypeError("this pipeline's length is unknown; call .with_length(n) or use with_epoch(n)")
         return self.size
 
     def with_epoch(self, nsamples: int = -1, nbatches: int = -1) -> DataPipeline:

@@ -73,7 +73,10 @@ _END = object()
 
 
 def shuffle(
-    bufsize: int = 1000, initial: int = 100, rng: random.Random | None = None, seed: int | None = None,
+    bufsize: int = 1000,
+    initial: int = 100,
+    rng: random.Random | None = None,
+    seed: int | None = None,
     handler: object = None,
 ) -> Shuffle:
     """WebDataset-compatible factory: ``wds.shuffle(1000)``."""

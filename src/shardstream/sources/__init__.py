@@ -123,5 +123,7 @@ def create_url(
     _check_pipe(url, allow_pipe)
     source = get_source(url, storage_options)
     if not isinstance(source, WritableSource):
-        raise ConfigurationError(f"the {scheme_of(url)}:// source cannot write; cannot create {redact_url(url)}")
+        raise ConfigurationError(
+            f"the {scheme_of(url)}:// source cannot write; cannot create {redact_url(url)}"
+        )
     return source.create(url)

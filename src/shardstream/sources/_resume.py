@@ -25,16 +25,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from ..errors import SourceError, TransientSourceError, redact_url
+from ..errors import ObjectChangedError, SourceError, TransientSourceError, redact_url
 from ._retry import RetryPolicy
 
 __all__ = ["ObjectChangedError", "Opened", "Opener", "RawBody", "ResumableReader", "Translate"]
 
 log = logging.getLogger("shardstream.sources")
-
-
-class ObjectChangedError(SourceError):
-    """The object was replaced while it was being read, so resuming would mix two versions."""
 
 
 class RawBody(Protocol):

@@ -16,7 +16,9 @@ def local_path(url: str) -> str:
     """The filesystem path of a plain path or ``file://`` URL."""
     if url.startswith("file:"):
         parsed = urlparse(url)
-        return unquote(parsed.path) if parsed.netloc in ("", "localhost") else f"//{parsed.netloc}{parsed.path}"
+        return (
+            unquote(parsed.path) if parsed.netloc in ("", "localhost") else f"//{parsed.netloc}{parsed.path}"
+        )
     return url
 
 
@@ -48,7 +50,7 @@ class FileSource:
             raise _translate(exc, url, "open") from exc
         if offset:
             stream.seek(offset)
-        return cast(BinaryIO, stream)
+        return stream
 
     def stat(self, url: str) -> ObjectInfo:
         path = local_path(url)

@@ -142,9 +142,18 @@ def iter_members(
                 expected = _octal(stored)
             except ValueError:
                 expected = -1
-            ok = expected >= 0 and (
-                (zlib.adler32(buf[pos:header_end]) & 0xFFFF) - 1 - sum(stored) + _CHECKSUM_BLANKS - expected
-            ) % _ADLER_MOD == 0
+            ok = (
+                expected >= 0
+                and (
+                    (zlib.adler32(buf[pos:header_end]) & 0xFFFF)
+                    - 1
+                    - sum(stored)
+                    + _CHECKSUM_BLANKS
+                    - expected
+                )
+                % _ADLER_MOD
+                == 0
+            )
             if not ok:
                 raise fail("bad tar header checksum (not a tar file, or corrupt)", long_name, header_offset)
             typeflag = buf[pos + 156]
