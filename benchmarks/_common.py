@@ -30,6 +30,7 @@ __all__ = [
     "dataset_bytes",
     "machine_line",
     "measure",
+    "paired_ratio",
     "run_alternating",
     "shard_paths",
 ]
@@ -53,6 +54,7 @@ class Measurement:
     wall: float
     cpu: float
     nbytes: int = 0
+    passes: int = 1
 
     @property
     def rate(self) -> float:
@@ -74,12 +76,22 @@ class Measurement:
         return self.cpu / (self.nbytes / 1e9) if self.nbytes else float("nan")
 
 
-def measure(run: Callable[[], int], nbytes: int = 0) -> Measurement:
-    """Time ``run()`` (which returns the number of samples it consumed) in wall and CPU seconds."""
+def measure(run: Callable[[], int], nbytes: int = 0, *, min_time: float = 0.0) -> Measurement:
+    """Time ``run()`` (one pass; returns the samples it consumed) in wall and CPU seconds.
+
+    The pass is repeated until ``min_time`` seconds have elapsed, so that a fast contender is not
+    timed over a few tens of milliseconds (where scheduler noise on a shared machine dominates);
+    a slow one runs once. Rates are per pass, so repeating does not favour either side.
+    """
     c0, t0 = cpu_seconds(), time.perf_counter()
-    n = run()
+    n = passes = 0
+    while True:
+        n += run()
+        passes += 1
+        if time.perf_counter() - t0 >= min_time:
+            break
     t1, c1 = time.perf_counter(), cpu_seconds()
-    return Measurement(n, t1 - t0, c1 - c0, nbytes)
+    return Measurement(n, t1 - t0, c1 - c0, nbytes * passes, passes)
 
 
 @dataclass
@@ -98,34 +110,52 @@ class Side:
         return statistics.median(m.rate for m in self.rounds)
 
 
+def paired_ratio(a: Side, b: Side, metric: Callable[[Measurement], float]) -> tuple[float, float]:
+    """``(best-vs-best, median of per-round ratios)`` of ``metric`` for ``a`` over ``b``.
+
+    Rounds of two sides ran next to each other, so the per-round ratio cancels slow drifts in
+    machine load that a best-vs-best comparison can pick up from different rounds.
+    """
+    best = max(metric(m) for m in a.rounds) / max(metric(m) for m in b.rounds)
+    per_round = statistics.median(metric(x) / metric(y) for x, y in zip(a.rounds, b.rounds, strict=True))
+    return best, per_round
+
+
 def run_alternating(
     cases: Sequence[tuple[str, Callable[[], int]]],
     *,
     rounds: int,
     nbytes: int = 0,
     expect: int | None = None,
+    min_time: float = 1.0,
+    warmup: bool = True,
     log: Callable[[str], None] = print,
 ) -> list[Side]:
     """Run each case once per round, in alternating order, and return every round per case.
 
     The order flips every round (A B, B A, A B, ...) so neither side always runs right after the
-    other's garbage or page-cache effects.
+    other's garbage or page-cache effects. Each measurement lasts at least ``min_time`` seconds
+    (see :func:`measure`). With ``warmup``, every case first runs one unmeasured pass (imports,
+    client set-up, first connections, page cache).
     """
     sides = [Side(name) for name, _ in cases]
+    if warmup:
+        for _name, run in cases:
+            run()
     for r in range(rounds):
         order = list(range(len(cases)))
         if r % 2:
             order.reverse()
         for i in order:
-            m = measure(cases[i][1], nbytes)
-            if expect is not None and m.samples != expect:
-                raise RuntimeError(f"{cases[i][0]} yielded {m.samples} samples, expected {expect}")
+            m = measure(cases[i][1], nbytes, min_time=min_time)
+            if expect is not None and m.samples != expect * m.passes:
+                raise RuntimeError(
+                    f"{cases[i][0]} yielded {m.samples} samples in {m.passes} passes, expected {expect} each"
+                )
             sides[i].rounds.append(m)
-            extra = f"  {m.mb_per_s:8.1f} MB/s" if nbytes else ""
-            log(
-                f"    round {r + 1} {cases[i][0]:<28} {m.rate:11,.0f} samples/s  "
-                f"{m.cpu_per_1k:7.3f} CPU-s/1k{extra}"
-            )
+            rate = f"{m.rate:11,.0f} samples/s  {m.cpu_per_1k:7.3f} CPU-s/1k" if m.samples else " " * 37
+            extra = f"  {m.mb_per_s:8.1f} MB/s  {m.cpu_per_gb:6.2f} CPU-s/GB" if nbytes else ""
+            log(f"    round {r + 1} {cases[i][0]:<28} {rate}{extra}  ({m.passes} passes)")
     return sides
 
 
@@ -221,7 +251,7 @@ def machine_line() -> str:
     try:
         import torch
 
-        torch_version = torch.__version__
+        torch_version = str(torch.__version__)
     except ImportError:  # pragma: no cover - torch is required by the benchmarks in practice
         torch_version = "absent"
     return (

@@ -1,0 +1,107 @@
+"""``shardstream`` command: argument parsing and dispatch to one module per subcommand.
+
+Subcommand modules are imported only when their command runs, so ``shardstream ls`` does not
+import torch. The report a command produces goes to stdout; diagnostics go through ``logging``
+to stderr (``-v`` for INFO, ``-vv`` for DEBUG). Errors are printed as one ``error:`` line and
+exit with status 1; a missing optional dependency exits with status 2 and says what to install.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Callable, Sequence
+
+from ..errors import ShardStreamError
+
+__all__ = ["build_parser", "main"]
+
+log = logging.getLogger("shardstream.cli")
+
+#: subcommand -> (module, adder of arguments, runner, one-line help)
+_COMMANDS: dict[str, tuple[str, str, str, str]] = {
+    "bench": (
+        "_bench",
+        "add_arguments",
+        "run",
+        "measure an empty training loop over shards (samples/s, MB/s, CPU)",
+    ),
+    "demo": (
+        "_demo",
+        "add_arguments",
+        "run",
+        "make a synthetic dataset, stream it from disk and a local S3 server",
+    ),
+    "ls": ("_inspect", "add_ls_arguments", "run_ls", "list a shard's members with offsets and sizes"),
+    "cat": ("_inspect", "add_cat_arguments", "run_cat", "write members of a shard to stdout"),
+    "stat": ("_inspect", "add_stat_arguments", "run_stat", "summarize shards: samples, extensions, sizes"),
+    "write": ("_write", "add_arguments", "run", "pack a directory of files into shards"),
+}
+
+Runner = Callable[[argparse.Namespace], int]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser (imports each subcommand module for its arguments)."""
+    parser = argparse.ArgumentParser(
+        prog="shardstream", description="Stream and inspect WebDataset-format tar shards."
+    )
+    parser.add_argument(
+        "-v", "--verbose", action="count", default=0, help="log INFO (-v) or DEBUG (-vv) to stderr"
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, (module_name, adder, runner, help_text) in _COMMANDS.items():
+        module = importlib.import_module(f"{__package__}.{module_name}")
+        p = sub.add_parser(name, help=help_text, description=(module.__doc__ or help_text).split("\n\n")[0])
+        getattr(module, adder)(p)
+        p.set_defaults(_run=getattr(module, runner))
+    return parser
+
+
+def _missing_dependency(exc: ImportError) -> str:
+    name = exc.name or str(exc)
+    hints = {
+        "psutil": "pip install 'shardstream[cli]'",
+        "torch": "install PyTorch first (see https://pytorch.org), then shardstream",
+        "PIL": "pip install 'shardstream[image]'",
+        "boto3": "pip install 'shardstream[s3]'",
+        "botocore": "pip install 'shardstream[s3]'",
+    }
+    hint = hints.get(name.split(".")[0])
+    return f"{exc}" + (f" -- install it with: {hint}" if hint and hint not in str(exc) else "")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status (0 ok, 1 error, 2 usage or missing package)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    level = logging.WARNING - 10 * min(args.verbose, 2)
+    logging.basicConfig(
+        level=level, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s: %(message)s"
+    )
+    logging.getLogger("shardstream").setLevel(level)
+    run: Runner = args._run
+    try:
+        return run(args)
+    except ImportError as exc:
+        sys.stderr.write(f"shardstream {args.command}: missing dependency: {_missing_dependency(exc)}\n")
+        return 2
+    except (ShardStreamError, FileNotFoundError, RuntimeError) as exc:
+        log.debug("%s failed", args.command, exc_info=True)
+        sys.stderr.write(f"shardstream {args.command}: error: {exc}\n")
+        return 1
+    except BrokenPipeError:  # `shardstream ls ... | head`: the reader went away, not an error
+        import os
+
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    except KeyboardInterrupt:
+        sys.stderr.write(f"shardstream {args.command}: interrupted\n")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,276 @@
+"""``shardstream bench``: the empty-training-loop measurement (iterate a loader, no model).
+
+The pipeline is what a training script would build: ``WebDataset(urls)`` (no shard shuffle),
+optional ``.decode(SPEC)`` and ``.to_tuple(...)``, ``.batched(B)`` inside the workers, and a
+``WebLoader(num_workers=W, batch_size=None)``. The main process only counts samples and payload
+bytes. Reported: samples/s, MB/s (of shard bytes when the whole dataset was read, and of payload
+delivered to the loop), the latency to the first batch (worker start-up and shard opening
+included), and CPU of the process and its workers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ..errors import ConfigurationError
+from ._cpu import CPUMonitor, CPUReport, have_psutil
+
+__all__ = ["BenchConfig", "BenchResult", "add_arguments", "format_result", "run", "run_bench"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """What to measure (see ``shardstream bench --help``)."""
+
+    urls: tuple[str, ...]
+    batch_size: int = 32
+    workers: int = 0
+    decode: str | None = None
+    to_tuple: tuple[str, ...] = ()
+    max_samples: int | None = None
+    storage_options: Mapping[str, Any] = field(default_factory=dict)
+    allow_pipe: bool = False
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    """One measured pass; ``shard_bytes`` is None when the pass stopped early or sizes were unknown."""
+
+    samples: int
+    batches: int
+    wall: float
+    first_batch: float
+    payload_bytes: int
+    shard_bytes: int | None
+    shards: int
+    cpu: CPUReport
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.samples / self.wall if self.wall > 0 else 0.0
+
+    @property
+    def mb_per_s(self) -> float | None:
+        """Shard megabytes (1e6) read per second, when known."""
+        return None if self.shard_bytes is None or self.wall <= 0 else self.shard_bytes / self.wall / 1e6
+
+    @property
+    def payload_mb_per_s(self) -> float:
+        return self.payload_bytes / self.wall / 1e6 if self.wall > 0 else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.update(
+            samples_per_s=self.samples_per_s,
+            mb_per_s=self.mb_per_s,
+            payload_mb_per_s=self.payload_mb_per_s,
+            cpu_total=self.cpu.total,
+            cpu_cores=self.cpu.cores,
+        )
+        return data
+
+
+def _nbytes(value: Any) -> int:
+    """Payload bytes in a (possibly collated) field; metadata strings count as nothing."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return len(value)
+    nbytes = getattr(value, "nbytes", None)  # numpy arrays, torch tensors (>= 2.1)
+    if isinstance(nbytes, int):
+        return nbytes
+    if isinstance(value, (list, tuple)):
+        return sum(_nbytes(v) for v in value)
+    if isinstance(value, dict):
+        return sum(_nbytes(v) for k, v in value.items() if not (k.startswith("__") and k.endswith("__")))
+    return 0
+
+
+def _batch_len(batch: Any, batched: bool) -> int:
+    if not batched:
+        return 1
+    if isinstance(batch, dict):
+        first = batch.get("__key__", next(iter(batch.values()), ()))
+    elif isinstance(batch, (list, tuple)):
+        first = batch[0] if batch else ()
+    else:
+        first = batch
+    shape = getattr(first, "shape", None)
+    if shape is not None and len(shape) > 0:
+        return int(shape[0])
+    return len(first)
+
+
+def _shard_bytes(urls: Sequence[str], storage_options: Mapping[str, Any]) -> int | None:
+    from ..sources import stat_url
+
+    total = 0
+    for url in urls:
+        try:
+            size = stat_url(url, storage_options=storage_options).size
+        except Exception as exc:  # unknown size (pipe:, a server without HEAD): report payload only
+            log.debug("cannot stat %s: %s", url, exc)
+            return None
+        if size is None:
+            return None
+        total += int(size)
+    return total
+
+
+def run_bench(config: BenchConfig) -> BenchResult:
+    """Build the pipeline, iterate it once (or up to ``max_samples``) and measure."""
+    from ..loader import WebLoader
+    from ..pipeline.fluent import WebDataset
+    from ..shards.spec import expand_urls
+
+    urls = expand_urls(list(config.urls))
+    ds: Any = WebDataset(
+        urls, shardshuffle=False, storage_options=config.storage_options, allow_pipe=config.allow_pipe
+    )
+    if config.decode:
+        ds = ds.decode(config.decode)
+    if config.to_tuple:
+        ds = ds.to_tuple(*config.to_tuple)
+    batched = config.batch_size > 0
+    if batched:
+        ds = ds.batched(config.batch_size)
+    samples = batches = payload = 0
+    first_batch = 0.0
+    complete = True
+    monitor = CPUMonitor().start()
+    t0 = time.perf_counter()
+    try:
+        with WebLoader(ds, batch_size=None, num_workers=config.workers) as loader:
+            for batch in loader:
+                if batches == 0:
+                    first_batch = time.perf_counter() - t0
+                batches += 1
+                samples += _batch_len(batch, batched)
+                payload += _nbytes(batch)
+                if config.max_samples is not None and samples >= config.max_samples:
+                    complete = False
+                    break
+        # Leaving the block shut the workers down, so their CPU is in the totals.
+        wall = time.perf_counter() - t0
+    finally:
+        cpu = monitor.stop()  # also on errors: the polling thread must not outlive the run
+    shard_bytes = _shard_bytes(urls, config.storage_options) if complete else None
+    return BenchResult(samples, batches, wall, first_batch, payload, shard_bytes, len(urls), cpu)
+
+
+def format_result(config: BenchConfig, result: BenchResult, *, cpu_count: int | None = None) -> str:
+    """The human-readable report (one ``name: value`` line per field)."""
+    import os
+
+    ncpu = cpu_count or os.cpu_count() or 1
+    cpu = result.cpu
+    pipeline = [f"batch {config.batch_size}", f"{config.workers} workers"]
+    if config.decode:
+        pipeline.append(f"decode {config.decode}")
+    if config.to_tuple:
+        pipeline.append("to_tuple " + " ".join(config.to_tuple))
+    mb = result.mb_per_s
+    lines = [
+        f"shardstream bench: {result.shards} shards, " + ", ".join(pipeline),
+        f"samples:          {result.samples}"
+        + ("" if result.shard_bytes is not None else " (stopped early)"),
+        f"batches:          {result.batches}",
+        f"wall:             {result.wall:.3f} s",
+        f"first batch:      {result.first_batch * 1000:.1f} ms",
+        f"samples/s:        {result.samples_per_s:,.1f}",
+        (
+            f"MB/s:             {mb:,.1f} (shard bytes: {result.shard_bytes / 1e6:,.1f} MB)"
+            if mb is not None and result.shard_bytes is not None
+            else "MB/s:             n/a (shard sizes unknown or pass stopped early)"
+        ),
+        f"payload MB/s:     {result.payload_mb_per_s:,.1f} (bytes delivered to the loop)",
+        f"CPU:              {cpu.total:.2f} s (main {cpu.main:.2f} s, workers {cpu.children:.2f} s"
+        f" in {cpu.processes} processes)",
+        f"CPU utilisation:  {cpu.cores:.2f} cores ({100 * cpu.cores / ncpu:.0f}% of {ncpu})",
+        f"CPU-s/1k samples: {1000 * cpu.total / result.samples if result.samples else 0.0:.3f}",
+    ]
+    if cpu.peak_rss_mb is not None:
+        lines.append(f"peak RSS:         {cpu.peak_rss_mb:,.0f} MB (process tree)")
+    return "\n".join(lines) + "\n"
+
+
+def parse_options(pairs: Sequence[str]) -> dict[str, Any]:
+    """``["k=v", ...]`` -> dict; ``true``/``false`` become booleans, numbers become int or float."""
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise ConfigurationError(
+                f"--storage-option {pair!r}: expected KEY=VALUE, e.g. endpoint_url=http://127.0.0.1:8333"
+            )
+        value: Any = raw
+        if raw.lower() in ("true", "false"):
+            value = raw.lower() == "true"
+        else:
+            for convert in (int, float):
+                try:
+                    value = convert(raw)
+                    break
+                except ValueError:
+                    pass
+        options[key] = value
+    return options
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "urls", nargs="+", metavar="URL", help="shard URLs or brace specs (local, s3://, http://)"
+    )
+    parser.add_argument(
+        "--batch-size", type=int, default=32, help="samples per batch; 0 = no batching (default 32)"
+    )
+    parser.add_argument("--workers", type=int, default=0, help="DataLoader worker processes (default 0)")
+    parser.add_argument("--decode", metavar="SPEC", help='decoder spec, e.g. "rgb8", "pil", "torchrgb"')
+    parser.add_argument(
+        "--to-tuple", nargs="+", metavar="FIELD", default=[], help='fields, e.g. "jpg;png" cls'
+    )
+    parser.add_argument("--max-samples", type=int, help="stop after this many samples")
+    parser.add_argument(
+        "--storage-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="option for the URL's source, e.g. endpoint_url=http://127.0.0.1:8333 (repeatable)",
+    )
+    parser.add_argument(
+        "--allow-pipe", action="store_true", help="allow pipe: URLs (they run shell commands)"
+    )
+    parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry point of the ``bench`` subcommand."""
+    import sys
+
+    if not have_psutil():
+        sys.stderr.write(
+            "note: psutil is not installed, so CPU of running workers is not polled (totals still\n"
+            "      count workers after they exit). Install it with: pip install 'shardstream[cli]'\n"
+        )
+    config = BenchConfig(
+        urls=tuple(args.urls),
+        batch_size=args.batch_size,
+        workers=args.workers,
+        decode=args.decode,
+        to_tuple=tuple(args.to_tuple),
+        max_samples=args.max_samples,
+        storage_options=parse_options(args.storage_option),
+        allow_pipe=args.allow_pipe,
+    )
+    result = run_bench(config)
+    if args.json:
+        sys.stdout.write(json.dumps(result.as_dict(), default=str) + "\n")
+    else:
+        sys.stdout.write(format_result(config, result))
+    return 0
