@@ -70,7 +70,10 @@ def _walk_files(top: str) -> Iterator[str]:
 
 
 def scan(layout: Layout, *, owner: Owner, stale_after: float) -> tuple[list[Entry], int]:
-    """The cache's own entries, and the bytes reserved by temp files of fills in progress."""
+    """The cache's own entries, and the bytes reserved by temp files of fills in progress.
+
+    Temp files of dead writers are removed on the way.
+    """
     entries = []
     for path in _walk_files(layout.root):
         name = os.path.relpath(path, layout.root).replace(os.sep, "/")
@@ -85,23 +88,37 @@ def scan(layout: Layout, *, owner: Owner, stale_after: float) -> tuple[list[Entr
             and live_leases(layout.leases(name), owner=owner, stale_after=stale_after) > 0
         )
         entries.append(Entry(name, st.st_size, st.st_mtime, busy))
+    temps = list(_walk_files(layout.tmp_root)) if os.path.isdir(layout.tmp_root) else []
+    dead = set(stale_temps(layout, temps, owner=owner, stale_after=stale_after))
     reserved = 0
-    for path in _walk_files(layout.tmp_root) if os.path.isdir(layout.tmp_root) else ():
+    for path in temps:
         try:
-            reserved += os.stat(path).st_size
+            if path in dead:
+                os.unlink(path)  # a dead writer's leftover: reclaim it
+            else:
+                reserved += os.stat(path).st_size
         except FileNotFoundError:
             continue
     return entries, reserved
 
 
-def stale_temps(layout: Layout, paths: Iterable[str], *, owner: Owner, stale_after: float) -> list[str]:
-    """The temp files among ``paths`` whose writer is dead (PID check here, heartbeat age elsewhere)."""
+def stale_temps(
+    layout: Layout, paths: Iterable[str], *, owner: Owner, stale_after: float, lock_held: bool = False
+) -> list[str]:
+    """The temp files among ``paths`` whose writer is dead (PID check here, heartbeat age elsewhere).
+
+    With ``lock_held`` (the caller holds the entry's lock, so no other writer may publish it),
+    temps written on other hosts are orphans whatever their age: a writer that was judged dead
+    but still runs would fail to publish and keeps serving its own reader from its open file.
+    """
     dead = []
     now: float | None = None
     for path in paths:
         parsed = layout.name_of_tmp(path)
         holder = Owner.from_tag(parsed[1]) if parsed else None
         alive = is_alive(holder, owner.host) if holder is not None else None
+        if alive is None and lock_held:
+            alive = False
         if alive is None:
             if now is None:
                 now = fs_now(layout.book, owner)

@@ -343,7 +343,7 @@ class ShardCache:
         except FileNotFoundError:
             return
         for path in eviction.stale_temps(
-            self.layout, candidates, owner=self.owner, stale_after=self.timing.stale_after
+            self.layout, candidates, owner=self.owner, stale_after=self.timing.stale_after, lock_held=True
         ):
             if remove_quietly(path):
                 log.info("cache: removed leftover temp file %s of a dead process", path)
