@@ -5,7 +5,9 @@ that have been waited for (``RUSAGE_CHILDREN``), which includes DataLoader worke
 has joined them and any grandchildren those workers reaped. That is exact but blind to children
 still running, so a background thread also polls the process tree with psutil (when installed)
 and keeps the last CPU time seen per child; the larger of the two views is reported. Polling also
-gives the number of worker processes and their peak resident memory.
+gives the number of worker processes and their peak resident memory. Children that were already
+running at :meth:`CPUMonitor.start` (a server the caller started) are left out of the polling;
+they are not reaped during the interval, so ``os.times()`` does not count them either.
 """
 
 from __future__ import annotations
@@ -72,7 +74,7 @@ class CPUMonitor:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._child_cpu: dict[int, float] = {}
-        self._child_base: dict[int, float] = {}
+        self._preexisting: set[int] = set()
         self._peak_rss = 0
         self._t0 = 0.0
         self._os0: os.times_result | None = None
@@ -85,11 +87,9 @@ class CPUMonitor:
 
             self._psutil = psutil
             self._proc = psutil.Process()
-            for child in self._proc.children(recursive=True):  # pre-existing children: baseline
-                try:
-                    self._child_base[child.pid] = _cpu_of(child)
-                except psutil.Error:
-                    pass
+            # Children that already run (a local S3 server started by the demo, say) are not part
+            # of the measurement: remember them and leave them out.
+            self._preexisting = {child.pid for child in self._proc.children(recursive=True)}
         except ImportError:
             self._proc = None
         self._os0 = os.times()
@@ -109,8 +109,10 @@ class CPUMonitor:
         except psutil.Error:
             return
         for child in children:
+            if child.pid in self._preexisting:
+                continue
             try:
-                cpu = _cpu_of(child) - self._child_base.get(child.pid, 0.0)
+                cpu = _cpu_of(child)
                 rss += child.memory_info().rss
             except psutil.Error:  # exited between listing and reading
                 continue
