@@ -12,10 +12,20 @@ import pytest
 from shardstream.config import LauncherEnv, launcher_env
 from shardstream.shards.world import World, derive_seed
 
-PROBE = (
-    "import json; from shardstream.shards.world import World; w = World.current(); "
-    "print(json.dumps([w.rank, w.world_size, w.local_rank, w.local_world_size, w.node, w.num_nodes]))"
-)
+# Runs in a fresh interpreter: for each environment in argv[1], replace the launcher variables
+# with it and print what World.current() detects.
+PROBE = """
+import json, os, sys
+from shardstream.shards.world import World
+out = []
+for env in json.loads(sys.argv[1]):
+    for name in %r:
+        os.environ.pop(name, None)
+    os.environ.update(env)
+    w = World.current()
+    out.append([w.rank, w.world_size, w.local_rank, w.local_world_size, w.node, w.num_nodes])
+print(json.dumps(out))
+"""
 
 LAUNCHER_VARS = (
     "RANK",
@@ -29,32 +39,32 @@ LAUNCHER_VARS = (
 )
 
 
-def detect_in_subprocess(env: dict[str, str]) -> list[int]:
-    """World.current() in a fresh interpreter whose only launcher variables are ``env``."""
+def detect_in_subprocess(envs: list[dict[str, str]]) -> list[list[int]]:
+    """World.current() in a fresh interpreter, once per launcher environment in ``envs``."""
     base = {
         k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS and not k.startswith("SHARDSTREAM_")
     }
     out = subprocess.run(
-        [sys.executable, "-c", PROBE],
-        env={**base, **env},
+        [sys.executable, "-c", PROBE % (LAUNCHER_VARS,), json.dumps(envs)],
+        env=base,
         capture_output=True,
         text=True,
         timeout=60,
         check=True,
     )
-    result: list[int] = json.loads(out.stdout.strip().splitlines()[-1])
+    result: list[list[int]] = json.loads(out.stdout.strip().splitlines()[-1])
     return result
 
 
 @pytest.mark.timeout(120)
-def test_detection_in_subprocesses_torchrun_slurm_and_none() -> None:
+def test_detection_in_a_subprocess_torchrun_slurm_and_none() -> None:
     torchrun = {"RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4"}
-    assert detect_in_subprocess(torchrun) == [5, 8, 1, 4, 1, 2]
     slurm = {"SLURM_PROCID": "3", "SLURM_NTASKS": "4", "SLURM_LOCALID": "1", "SLURM_NTASKS_PER_NODE": "2"}
-    assert detect_in_subprocess(slurm) == [3, 4, 1, 2, 1, 2]
-    # torchrun's variables win over SLURM's (torchrun inside an sbatch allocation).
-    assert detect_in_subprocess({**slurm, **torchrun})[:2] == [5, 8]
-    assert detect_in_subprocess({}) == [0, 1, 0, 1, 0, 1]
+    got = detect_in_subprocess([torchrun, slurm, {**slurm, **torchrun}, {}])
+    assert got[0] == [5, 8, 1, 4, 1, 2]
+    assert got[1] == [3, 4, 1, 2, 1, 2]
+    assert got[2][:2] == [5, 8]  # torchrun's variables win over SLURM's (torchrun inside sbatch)
+    assert got[3] == [0, 1, 0, 1, 0, 1]
 
 
 def test_from_launcher_is_pure_arithmetic() -> None:
