@@ -101,7 +101,6 @@ def test_with_epoch_continues_across_epochs(make_shards) -> None:
     assert all(len(e) == 4 for e in seen)
     flat = [k for e in seen for k in e]
     assert flat[:10] == keys  # the first 10 samples are one full pass, not a restart
-    assert len(ds) == 4
 
 
 def test_with_length_and_repeat(make_shards) -> None:
@@ -218,3 +217,27 @@ def test_memory_source_and_gzip_shards(tmp_path: Path) -> None:
             w.write({"__key__": f"k{i}", "txt": f"v{i}"})
     memory_store["memory://bucket/a.tar.gz"] = bio.getvalue()
     assert keys_of(wds.WebDataset("memory://bucket/a.tar.gz")) == ["k0", "k1", "k2"]
+
+
+def test_user_exception_closes_upstream_streams(make_shards, monkeypatch) -> None:
+    """The traceback of an exception must not keep the shard stream open until GC."""
+    from shardstream.sources import file as file_source
+
+    spec, _ = make_shards([50, 50])
+    opened = []
+    real_open = file_source.FileSource.open
+
+    def spy(self, url, *, offset=0):
+        stream = real_open(self, url, offset=offset)
+        opened.append(stream)
+        return stream
+
+    monkeypatch.setattr(file_source.FileSource, "open", spy)
+
+    def explode(sample: dict) -> dict:
+        raise RuntimeError("user code failed")
+
+    with pytest.raises(RuntimeError, match="user code failed") as info:
+        list(wds.WebDataset(spec).map(explode))
+    assert info.value is not None  # the traceback is still referenced here
+    assert opened and all(stream.closed for stream in opened)

@@ -120,24 +120,29 @@ class ShardShuffle(Stage):
         return iter(shards)
 
 
+_END = object()
+
+
 class _CheckEmpty(Stage):
     def __init__(self, nshards: int | None) -> None:
         self.nshards = nshards
 
     def run(self, src: Iterator[Any]) -> Iterator[Any]:
-        count = 0
-        for sample in src:
-            count += 1
-            yield sample
-        if count == 0:
-            world = World.current()
-            raise ConfigurationError(
-                f"no samples in this epoch for rank {world.rank}/{world.world_size}, worker "
-                f"{world.worker}/{world.num_workers} ({self.nshards} shards in the spec). Check that "
-                "the shards are non-empty tar files with dotted member names (key.ext), and that "
-                "there are at least as many shards as ranks x workers. Pass empty_check=False if an "
-                "empty epoch is expected."
-            )
+        # Peek at the first sample, then delegate with ``yield from`` (a C-level loop) instead
+        # of counting every sample in Python.
+        first = next(src, _END)
+        if first is not _END:
+            yield first
+            yield from src
+            return
+        world = World.current()
+        raise ConfigurationError(
+            f"no samples in this epoch for rank {world.rank}/{world.world_size}, worker "
+            f"{world.worker}/{world.num_workers} ({self.nshards} shards in the spec). Check that "
+            "the shards are non-empty tar files with dotted member names (key.ext), and that "
+            "there are at least as many shards as ranks x workers. Pass empty_check=False if an "
+            "empty epoch is expected."
+        )
 
 
 def check_empty(src: Iterator[Any]) -> Iterator[Any]:

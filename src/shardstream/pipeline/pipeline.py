@@ -6,7 +6,6 @@ import copy
 import itertools
 import logging
 import sys
-import types
 import weakref
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -106,10 +105,12 @@ class DataPipeline(IterableDataset):  # type: ignore[type-arg]
             return iter(f(upstream))
         raise TypeError(f"{f!r} is not a pipeline stage: stages are callables taking an iterator")
 
-    def _chain(self, upstream: Iterator[Any] | None, epoch: int) -> Iterator[Any]:
+    def _chain(self, upstream: Iterator[Any] | None, epoch: int, built: list[Iterator[Any]] | None = None) -> Iterator[Any]:
         it = upstream
         for f in self.pipeline:
             it = self._invoke(f, it, epoch)
+            if built is not None:
+                built.append(it)
         if it is None:
             raise ValueError("an empty DataPipeline has no source; pass a shard list or dataset first")
         return it
@@ -122,8 +123,21 @@ class DataPipeline(IterableDataset):  # type: ignore[type-arg]
         return self.run(src)
 
     def iterator1(self) -> Iterator[Any]:
-        """One pass over the source."""
-        return self._chain(None, self._advance_epoch())
+        """One pass over the source.
+
+        Every stage's iterator is closed when the pass ends, is closed, or raises. Without this,
+        an exception from user code would keep the upstream generators (and their open streams,
+        connections and child processes) alive through the traceback until garbage collection.
+        """
+        built: list[Iterator[Any]] = []
+        last = self._chain(None, self._advance_epoch(), built)
+        try:
+            yield from last
+        finally:
+            for it in reversed(built):
+                close = getattr(it, "close", None)
+                if close is not None:
+                    close()
 
     def __iter__(self) -> Iterator[Any]:
         inner: Iterator[Any]
@@ -138,15 +152,11 @@ class DataPipeline(IterableDataset):  # type: ignore[type-arg]
         inner = self.iterator1() if self.repetitions == 1 else self._repeat_passes()
         if self.nsamples > 0:
             inner = self._guarded(itertools.islice(inner, self.nsamples), inner)
-        elif not isinstance(inner, types.GeneratorType):
-            # The last stage returned a plain iterator (islice, filter, ...): wrap it so the
-            # epoch's iterator can be tracked (weakly) and closed.
-            inner = self._window(inner, None)
         self._running.add(inner)
         return inner
 
     @staticmethod
-    def _window(stream: Iterator[Any], n: int | None) -> Iterator[Any]:
+    def _window(stream: Iterator[Any], n: int) -> Iterator[Any]:
         # A generator (not a bare islice) so the epoch's iterator can be tracked and closed.
         yield from itertools.islice(stream, n)
 
@@ -198,8 +208,6 @@ class DataPipeline(IterableDataset):  # type: ignore[type-arg]
         """
         self.repetitions = sys.maxsize
         self.nsamples = max(nsamples, nbatches)
-        if self.size is None and self.nsamples > 0:
-            self.size = self.nsamples
         self._continuing = None
         return self
 
