@@ -232,3 +232,19 @@ def test_epochs_advance_with_the_loader(tmp_path: Path) -> None:
     with WebLoader(ds, batch_size=None, num_workers=0) as loader:
         epochs = [[k for (k,) in itertools.islice(iter(loader), 20)] for _ in range(3)]
     assert epochs[0] != epochs[1] != epochs[2]
+
+
+def test_a_recorded_world_never_overrides_live_detection_in_the_main_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pickle
+
+    from shardstream.shards.balance import PlannedSamples
+
+    source = PlannedSamples(write_shards(tmp_path, [5, 5]))
+    copy = pickle.loads(pickle.dumps(source))  # records "single process" (no launcher yet)
+    assert copy._detected == World()
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert (copy.detect_world().rank, copy.detect_world().world_size) == (1, 2)
+    assert len(copy) == 5

@@ -102,23 +102,31 @@ class PlannedSamples:
         self.epoch = epoch
 
     def detect_world(self) -> World:
-        """The world for planning: explicit, else remembered from the main process, else detected.
+        """The world for planning: explicit, else detected, else remembered from the main process.
 
-        The main process's world is remembered when the dataset is pickled to spawned workers (or
-        when :meth:`remember_world` is called), since a worker cannot query ``torch.distributed``.
+        A DataLoader worker started with *spawn* cannot see ``torch.distributed`` (it is not
+        initialised there) and may have no launcher variables; it then uses the world the main
+        process recorded when it pickled this source. Forked workers and the main process detect
+        it themselves, so a stale record (from a copy made before ``init_process_group``) is
+        never preferred over a live answer.
         """
-        return World.current(override=self.world or self._detected)
+        if self.world is not None:
+            return World.current(override=self.world)
+        live = World.current()
+        if live.world_size == 1 and self._detected is not None and _in_worker():
+            return World.current(override=self._detected)
+        return live
 
     def remember_world(self) -> None:
-        """Record the rank of the calling (main) process for DataLoader workers started later."""
-        if self.world is None:
-            current = World.current()
-            if current.num_workers == 1:
-                self._detected = current.with_worker(0, 1)
+        """Record the calling (main) process's rank for DataLoader workers started later."""
+        if self.world is None and not _in_worker():
+            self._detected = World.current().with_worker(0, 1)
 
     def __getstate__(self) -> dict[str, Any]:
-        self.remember_world()
-        return self.__dict__.copy()
+        state = self.__dict__.copy()
+        if self.world is None and not _in_worker():
+            state["_detected"] = World.current().with_worker(0, 1)
+        return state
 
     # -- lengths --------------------------------------------------------------------------------
     def batches_per_rank(self, world_size: int | None = None) -> int:
@@ -210,3 +218,8 @@ class PlannedSamples:
                     f"({[p.url for p in pieces][:3]}...) to fill its quota; check the shards and the index"
                 )
 
+
+def _in_worker() -> bool:
+    from torch.utils.data import get_worker_info
+
+    return get_worker_info() is not None
