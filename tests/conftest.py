@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,7 +29,11 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
             "SLURM_LOCALID",
         ):
             monkeypatch.delenv(name, raising=False)
+    # The CLI's main() configures the "shardstream" logger; do not let one test's level leak.
+    logger = logging.getLogger("shardstream")
+    level = logger.level
     yield
+    logger.setLevel(level)
 
 
 ShardFactory = Callable[..., tuple[str, list[str]]]

@@ -40,7 +40,7 @@ def test_read_range_stat(s3_server: SeaweedS3, s3_bucket: str, caplog: pytest.Lo
     data = os.urandom(3_000_000)
     url = s3_server.put_object(s3_bucket, "data/shard-000000.tar", data)
     opts = s3_server.storage_options
-    with caplog.at_level(logging.DEBUG):
+    with caplog.at_level(logging.DEBUG, logger="shardstream"):
         with open_url(url, storage_options=opts) as stream:
             assert _read_all(stream) == data
         with open_url(url, offset=1_234_567, storage_options=opts) as stream:

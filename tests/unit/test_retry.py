@@ -126,7 +126,7 @@ def test_gives_up_after_attempts(caplog: pytest.LogCaptureFixture) -> None:
     server = FakeServer(DATA, faults=[100] + [0] * 10)
     pol, sleeps = policy(attempts=3)
     reader = ResumableReader("http://user:pw@h/x.tar", server, translate=translate, policy=pol)
-    with caplog.at_level(logging.WARNING), pytest.raises(TransientSourceError) as info:
+    with caplog.at_level(logging.WARNING, logger="shardstream"), pytest.raises(TransientSourceError) as info:
         read_all(reader, 1000)
     msg = str(info.value)
     assert "giving up on http://***@h/x.tar at byte 100 after 3 failed attempts" in msg
