@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
@@ -177,9 +178,11 @@ def launcher_env(environ: Mapping[str, str] | None = None) -> LauncherEnv:
             "torchrun",
         )
     if "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
-        ntasks_per_node = (
-            _int(env, "SLURM_NTASKS_PER_NODE") if env.get("SLURM_NTASKS_PER_NODE", "").isdigit() else None
-        )
+        # SLURM writes uniform layouts as "4" and compressed ones as "2(x3)" or "4(x2),2": the
+        # first group is this job's first node; a non-uniform layout gives no single answer.
+        per_node = env.get("SLURM_NTASKS_PER_NODE", "") or env.get("SLURM_TASKS_PER_NODE", "")
+        match = re.fullmatch(r"(\d+)(?:\(x\d+\))?", per_node)
+        ntasks_per_node = int(match.group(1)) if match else None
         return LauncherEnv(
             _int(env, "SLURM_PROCID"),
             _int(env, "SLURM_NTASKS"),

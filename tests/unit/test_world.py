@@ -75,9 +75,14 @@ def test_from_launcher_is_pure_arithmetic() -> None:
         launcher_env({"SLURM_PROCID": "5", "SLURM_NTASKS": "6", "SLURM_NTASKS_PER_NODE": "3"})
     )
     assert (w.local_rank, w.node, w.num_nodes) == (2, 1, 2)
-    # SLURM's "2(x3)" form is not a number: one node is assumed rather than guessing.
+    # SLURM's compressed "2(x3)" form: 2 tasks on each of 3 nodes.
     w = World.from_launcher(
-        launcher_env({"SLURM_PROCID": "1", "SLURM_NTASKS": "6", "SLURM_NTASKS_PER_NODE": "2(x3)"})
+        launcher_env({"SLURM_PROCID": "3", "SLURM_NTASKS": "6", "SLURM_NTASKS_PER_NODE": "2(x3)"})
+    )
+    assert (w.local_world_size, w.node, w.num_nodes) == (2, 1, 3)
+    # A non-uniform layout has no single answer: one node is assumed rather than guessing.
+    w = World.from_launcher(
+        launcher_env({"SLURM_PROCID": "1", "SLURM_NTASKS": "6", "SLURM_NTASKS_PER_NODE": "4(x1),2"})
     )
     assert w.local_world_size == 6
 
@@ -113,3 +118,11 @@ def test_global_worker_indexing() -> None:
 
 def test_derive_seed_is_stable_and_sensitive() -> None:
     assert derive_seed(1, "a", 2) == derive_seed(1, "a", 2) != derive_seed(1, "a", 3)
+
+
+@pytest.mark.parametrize(("value", "expected"), [("4", 4), ("2(x3)", 2), ("4(x2),2", None), ("", None)])
+def test_slurm_tasks_per_node_formats(value: str, expected: int | None) -> None:
+    from shardstream.config import launcher_env
+
+    env = {"SLURM_PROCID": "1", "SLURM_NTASKS": "6", "SLURM_LOCALID": "1", "SLURM_NTASKS_PER_NODE": value}
+    assert launcher_env(env).local_world_size == expected
