@@ -232,22 +232,27 @@ class WebDataset(DataPipeline, FluidInterface):
         )
         self._planned: PlannedSamples | None = None
         self._len_batching: tuple[tuple[int, bool], ...] = ()
+
+        def make_reader() -> TarSamples:
+            shard_opener = opener
+            if shard_opener is None:
+                shard_opener = _cache_opener(cache_dir, cache_size, url_to_name, storage_options, allow_pipe)
+            return TarSamples(
+                handler,
+                select_files,
+                rename_files,
+                storage_options=storage_options,
+                allow_pipe=allow_pipe,
+                opener=shard_opener,
+            )
+
         if split is not None:
             if resampled or repeat:
                 raise ConfigurationError(
                     f"split={split!r} defines the epoch itself; drop resampled=/repeat= (use "
                     "split='resampled' with epoch_size= for endless random shards)"
                 )
-            if opener is None:
-                opener = _cache_opener(cache_dir, cache_size, url_to_name, storage_options, allow_pipe)
-            reader = TarSamples(
-                handler,
-                select_files,
-                rename_files,
-                storage_options=storage_options,
-                allow_pipe=allow_pipe,
-                opener=opener,
-            )
+            reader = make_reader()
             shuffle = bool(shardshuffle) if shardshuffle is not None else split != "exact"
             self._planned = PlannedSamples(
                 self.urls,
@@ -274,18 +279,7 @@ class WebDataset(DataPipeline, FluidInterface):
                 self.append(nodesplitter)
         if workersplitter is not None:
             self.append(workersplitter)
-        if opener is None:
-            opener = _cache_opener(cache_dir, cache_size, url_to_name, storage_options, allow_pipe)
-        self.append(
-            TarSamples(
-                handler,
-                select_files,
-                rename_files,
-                storage_options=storage_options,
-                allow_pipe=allow_pipe,
-                opener=opener,
-            )
-        )
+        self.append(make_reader())
         if empty_check:
             self.append(_CheckEmpty(len(self.urls)))
         if repeat and not resampled:

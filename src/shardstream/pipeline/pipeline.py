@@ -105,7 +105,9 @@ class DataPipeline(IterableDataset):  # type: ignore[type-arg]
             return iter(f(upstream))
         raise TypeError(f"{f!r} is not a pipeline stage: stages are callables taking an iterator")
 
-    def _chain(self, upstream: Iterator[Any] | None, epoch: int, built: list[Iterator[Any]] | None = None) -> Iterator[Any]:
+    def _chain(
+        self, upstream: Iterator[Any] | None, epoch: int, built: list[Iterator[Any]] | None = None
+    ) -> Iterator[Any]:
         it = upstream
         for f in self.pipeline:
             it = self._invoke(f, it, epoch)
@@ -170,23 +172,18 @@ class DataPipeline(IterableDataset):  # type: ignore[type-arg]
             if close is not None:
                 close()
 
-    def _repeat_passes(self) -> Iterator[Any]:
-        for _ in range(self.repetitions):
+    def _repeat_passes(self, passes: int | None = None) -> Iterator[Any]:
+        """``passes`` passes over the source (default ``self.repetitions``); stops at an empty one."""
+        for _ in itertools.repeat(None, self.repetitions if passes is None else passes):
             count = 0
             for sample in self.iterator1():
                 count += 1
                 yield sample
             if count == 0:
-                return
+                return  # an empty pass: do not spin forever
 
     def _endless(self) -> Iterator[Any]:
-        while True:
-            count = 0
-            for sample in self.iterator1():
-                count += 1
-                yield sample
-            if count == 0:
-                return
+        return self._repeat_passes(sys.maxsize)
 
     # -- lengths and epochs -------------------------------------------------------------------
     def with_length(self, n: int, silent: bool = False) -> DataPipeline:
