@@ -132,7 +132,7 @@ def cases(
     return out
 
 
-def summarize(title: str, sides: list[Side], nbytes: int, expect: int) -> list[str]:
+def summarize(title: str, sides: list[Side], *, curl_target: bool) -> list[str]:
     by = {s.name: s for s in sides}
     rows = [
         f"### {title}",
@@ -164,7 +164,10 @@ def summarize(title: str, sides: list[Side], nbytes: int, expect: int) -> list[s
         )
     if CURL in by:
         best, paired = paired_ratio(ours, by[CURL], lambda m: m.mb_per_s)
-        verdict = "MET" if paired >= 0.8 else "MISSED"
+        if curl_target:
+            verdict = "MET" if paired >= 0.8 else "MISSED"
+        else:
+            verdict = "n/a: the bandwidth target is for the image shards; tiny samples are parse-bound"
         rows.append(
             f"- shardstream bandwidth / raw curl: **{100 * best:.0f}%** best vs best, "
             f"**{100 * paired:.0f}%** median per round (target >= 80%: **{verdict}**)"
@@ -244,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
                 title = (
                     "2,000 JPEG samples, 8 shards" if name == "images" else "100,000 tiny samples, 10 shards"
                 )
-                out += summarize(f"{title} ({nbytes / 1e6:.1f} MB)", sides, nbytes, expect)
+                out += summarize(f"{title} ({nbytes / 1e6:.1f} MB)", sides, curl_target=name == "images")
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
     text = "\n".join(out)
