@@ -241,3 +241,13 @@ def test_user_exception_closes_upstream_streams(make_shards, monkeypatch) -> Non
         list(wds.WebDataset(spec).map(explode))
     assert info.value is not None  # the traceback is still referenced here
     assert opened and all(stream.closed for stream in opened)
+
+
+def test_to_tuple_with_array_fields_and_none_check(make_shards) -> None:
+    import numpy as np
+
+    spec, keys = make_shards([3], fields=lambda shard, i: {"npy": np.arange(4) + i, "cls": i})
+    out = list(wds.WebDataset(spec).decode().to_tuple("npy", "cls"))
+    assert [int(c) for _, c in out] == [0, 1, 2] and out[2][0].tolist() == [2, 3, 4, 5]
+    with pytest.raises(ValueError, match="found None"):
+        list(wds.WebDataset(spec).map(lambda s: {**s, "cls": None}).to_tuple("npy", "cls"))

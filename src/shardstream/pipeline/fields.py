@@ -70,7 +70,8 @@ class ToTuple(Stage):
                         result = tuple(getfirst(sample, f, None, self.missing_is_error) for f in fields)
                 else:
                     result = tuple(getfirst(sample, f, None, self.missing_is_error) for f in fields)
-                if self.none_is_error and None in result:
+                # Identity test: "None in result" would call __eq__ on numpy arrays and fail.
+                if self.none_is_error and any(x is None for x in result):
                     raise ValueError(f"to_tuple{tuple(names)} found None in sample {sample.get('__key__')!r}")
             except Exception as exn:
                 if self.handle(self.handler, exn):
