@@ -100,7 +100,7 @@ def cases(
     from shardstream.pipeline.fluent import WebDataset
 
     ep = server.endpoint_url
-    options = server.storage_options()
+    options = server.storage_options
     s5_urls = [f"pipe:{s5cmd} --endpoint-url {ep} cat {u}" for u in urls]
     out: list[tuple[str, Callable[[], int]]] = [
         (SHARDSTREAM, lambda: _count(WebDataset(urls, shardshuffle=False, storage_options=options))),

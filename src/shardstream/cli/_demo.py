@@ -149,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
                     f"in {time.perf_counter() - t1:.1f} s\n"
                 )
                 server.create_bucket(BUCKET)
-                options = server.storage_options()
+                options = server.storage_options
                 t2 = time.perf_counter()
                 urls = _upload(shards, options)
                 out.write(

@@ -244,13 +244,21 @@ class SeaweedS3:
 
     # -- clients and helpers ----------------------------------------------------------------------
 
-    def storage_options(self, *, endpoint_url: str | None = None, alt: bool = False) -> dict[str, Any]:
-        """``storage_options`` for shardstream's ``s3://`` source (admin or the alt identity)."""
+    @property
+    def storage_options(self) -> dict[str, Any]:
+        """``storage_options`` for shardstream's ``s3://`` source with the admin identity (a new dict)."""
+        return self.options_for()
+
+    def options_for(
+        self, *, endpoint_url: str | None = None, alt: bool = False, **extra: Any
+    ) -> dict[str, Any]:
+        """``storage_options`` for another endpoint (e.g. a proxy) or the alt identity, plus ``extra``."""
         return {
             "endpoint_url": endpoint_url or self.endpoint_url,
             "access_key_id": self.alt_access_key if alt else self.access_key,
             "secret_access_key": self.alt_secret_key if alt else self.secret_key,
             "region": self.region,
+            **extra,
         }
 
     def env(self) -> dict[str, str]:
@@ -287,29 +295,30 @@ class SeaweedS3:
         )
 
     @property
-    def _admin(self) -> Any:
+    def admin(self) -> Any:
+        """The admin identity's boto3 client (created on first use)."""
         if self._admin_client is None:
             self._admin_client = self.client()
         return self._admin_client
 
     def create_bucket(self, name: str) -> str:
         """Create bucket ``name`` if missing; returns it."""
-        errors = self._admin.exceptions
+        errors = self.admin.exceptions
         with contextlib.suppress(errors.BucketAlreadyOwnedByYou, errors.BucketAlreadyExists):
-            self._admin.create_bucket(Bucket=name)
+            self.admin.create_bucket(Bucket=name)
         return name
 
     def put_object(self, bucket: str, key: str, data: bytes) -> str:
         """Upload ``data``; returns the ``s3://bucket/key`` URL."""
-        self._admin.put_object(Bucket=bucket, Key=key, Body=data)
+        self.admin.put_object(Bucket=bucket, Key=key, Body=data)
         return f"s3://{bucket}/{key}"
 
     def upload_file(self, path: Path | str, bucket: str, key: str) -> str:
         """Upload a local file; returns the ``s3://bucket/key`` URL."""
-        self._admin.upload_file(str(path), bucket, key)
+        self.admin.upload_file(str(path), bucket, key)
         return f"s3://{bucket}/{key}"
 
     def get_object(self, bucket: str, key: str) -> bytes:
         """Download an object with boto3."""
-        body: bytes = self._admin.get_object(Bucket=bucket, Key=key)["Body"].read()
+        body: bytes = self.admin.get_object(Bucket=bucket, Key=key)["Body"].read()
         return body
