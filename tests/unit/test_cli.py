@@ -114,7 +114,7 @@ def test_parse_options_converts_types() -> None:
 
 def test_missing_dependency_message_names_the_extra() -> None:
     assert "shardstream[cli]" in _missing_dependency(ImportError("No module named 'psutil'", name="psutil"))
-    assert "shardstream[s3]" in _missing_dependency(ImportError("No module named 'boto3'", name="boto3"))
+    assert "shardstream[demo]" in _missing_dependency(ImportError("No module named 'boto3'", name="boto3"))
 
 
 def test_cpu_monitor_counts_child_processes() -> None:
