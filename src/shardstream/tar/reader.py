@@ -39,16 +39,22 @@ class _Readable(Protocol):
 
 
 class _GzipReader:
-    """Decompresses a gzip stream (possibly several concatenated members) block by block."""
+    """Decompresses a gzip stream (possibly several concatenated members) on demand.
+
+    ``read(n)`` returns at most ``n`` bytes (fewer only at the end), keeping the rest of the
+    last decompressed chunk for the next call.
+    """
 
     def __init__(self, raw: _Readable, first: bytes, blocksize: int) -> None:
         self._raw = raw
         self._pending = first
         self._blocksize = blocksize
         self._zobj = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        self._out = b""
+        self._out_pos = 0
         self._eof = False
 
-    def read(self, n: int = -1) -> bytes:
+    def _decompress_more(self) -> bool:
         while not self._eof:
             data = self._pending or self._raw.read(self._blocksize)
             self._pending = b""
@@ -63,8 +69,17 @@ class _GzipReader:
                 self._pending = self._zobj.unused_data
                 self._zobj = zlib.decompressobj(16 + zlib.MAX_WBITS)
             if out:
-                return out
-        return b""
+                self._out, self._out_pos = out, 0
+                return True
+        return False
+
+    def read(self, n: int = -1) -> bytes:
+        if self._out_pos >= len(self._out) and not self._decompress_more():
+            return b""
+        end = len(self._out) if n < 0 else self._out_pos + n
+        chunk = self._out[self._out_pos : end]
+        self._out_pos += len(chunk)
+        return chunk
 
 
 def _octal(field: bytes) -> int:
@@ -75,12 +90,17 @@ def _octal(field: bytes) -> int:
     return int(field, 8) if field else 0
 
 
-def _parse_checksum(field: bytes) -> tuple[int, int]:
-    """(stored checksum or -1 if unparsable, byte sum of the field itself)."""
+def _parse_fields(fields: bytes) -> tuple[int, int, int]:
+    """Header bytes 124-156 -> (size or -1, stored checksum or -1, byte sum of the checksum field)."""
+    size_field, checksum_field = fields[:12], fields[24:32]
     try:
-        return _octal(field), sum(field)
+        size = _octal(size_field)
     except ValueError:
-        return -1, 0
+        size = -1
+    try:
+        return size, _octal(checksum_field), sum(checksum_field)
+    except ValueError:
+        return size, -1, 0
 
 
 def _parse_pax(data: bytes) -> dict[str, str]:
@@ -97,82 +117,133 @@ def _parse_pax(data: bytes) -> dict[str, str]:
     return records
 
 
+def _refill(
+    reader: _Readable, view: memoryview, start: int, end: int, base: int, need: int
+) -> tuple[int, int, int]:
+    """Make ``need`` bytes available at ``start`` (moving the unparsed tail to the front if the
+    buffer's end is too close); returns the new ``(start, end, base)``. Fewer bytes at EOF."""
+    if len(view) - start < need:
+        tail = end - start
+        view[:tail] = view[start:end]
+        base += start
+        start, end = 0, tail
+    readinto = getattr(reader, "readinto", None)
+    while end - start < need:
+        if readinto is not None:
+            got = readinto(view[end:]) or 0
+        else:
+            data = reader.read(len(view) - end)
+            got = len(data)
+            view[end : end + got] = data
+        if got == 0:
+            break
+        end += got
+    return start, end, base
+
+
+def _read_large(reader: _Readable, first: memoryview, size: int, padded: int) -> tuple[bytes | None, int]:
+    """A member larger than the buffer: ``first`` (its buffered head) plus direct reads up to
+    the end of its padding. Returns ``(data or None if the stream ended, bytes present)``."""
+    parts = [bytes(first[:size])]
+    have = len(parts[0])
+    consumed = len(first)
+    while consumed < padded:
+        chunk = reader.read(padded - consumed)  # never past the padding: the next header is buffered
+        if not chunk:
+            return None, have
+        if have < size:
+            piece = chunk if have + len(chunk) <= size else chunk[: size - have]
+            parts.append(piece)
+            have += len(piece)
+        consumed += len(chunk)
+    return b"".join(parts), have
+
+
 def iter_members(
     stream: _Readable, url: str = "<stream>", *, blocksize: int = DEFAULT_BLOCKSIZE
 ) -> Iterator[tuple[str, bytes, int]]:
     """Yield ``(name, data, header_offset)`` for each regular member of the tar stream.
 
+    Bytes are read with ``readinto`` (when the stream has it) into one reused buffer of
+    ``blocksize`` bytes, and each member is cut out with a single copy; only the short unparsed
+    tail moves on a refill. (Reading fresh ``bytes`` blocks and concatenating the leftover costs
+    two more copies of every byte, which showed on fast networks.) Members larger than the
+    buffer are read directly.
+
     Args:
-        stream: object with ``read(n)``; gzip is detected from the first bytes.
+        stream: object with ``read(n)`` (and ideally ``readinto``); gzip is detected from the
+            first bytes.
         url: used in error messages only.
-        blocksize: bytes requested from the stream per read (default 1 MiB).
+        blocksize: size of the read buffer (default 1 MiB).
 
     Raises:
         ShardFormatError: bad checksum, unparsable header or truncated stream; names the URL,
             member and byte offset (of the uncompressed tar stream).
     """
-    reader: _Readable = stream
-    pos = 0  # position of the next header in buf
-    base = 0  # stream offset of buf[0]
     long_name: str | None = None
     pax: dict[str, str] | None = None
     name: str | None = None
-    checksum_cache: dict[bytes, tuple[int, int]] = {}
-    size_cache: dict[bytes, int] = {}
+    field_cache: dict[bytes, tuple[int, int, int]] = {}
+    start = end = base = 0  # buffer window [start, end); base = stream offset of buf[0]
 
     def fail(reason: str, member: str | None, at: int) -> ShardFormatError:
         return ShardFormatError(reason, url=url, member=member, offset=at)
 
     try:
-        buf = stream.read(blocksize)
-        if buf[:2] == b"\x1f\x8b":
-            reader = _GzipReader(stream, buf, blocksize)
-            buf = reader.read()
+        reader: _Readable = stream
+        first = stream.read(min(blocksize, 1 << 16))
+        if first[:2] == b"\x1f\x8b":
+            reader = _GzipReader(stream, first, blocksize)
+            first = b""
+        buf = bytearray(max(blocksize, 2 * _BLOCK, len(first)))
+        view = memoryview(buf)
+        capacity = len(buf)
+        view[: len(first)] = first
+        end = len(first)
         while True:
-            if len(buf) - pos < _BLOCK:
-                more = reader.read(blocksize)
-                buf = buf[pos:] + more
-                base += pos
-                pos = 0
-                if len(buf) < _BLOCK:
-                    if not buf and long_name is None and pax is None:
+            if end - start < _BLOCK:
+                start, end, base = _refill(reader, view, start, end, base, _BLOCK)
+                if end - start < _BLOCK:
+                    if end == start and long_name is None and pax is None:
                         return  # ended on a member boundary without end-of-archive blocks
-                    raise fail("truncated tar header (stream ended)", long_name, base)
+                    raise fail("truncated tar header (stream ended)", long_name, base + start)
+            pos = start
             header_end = pos + _BLOCK
             header_offset = base + pos
+            if buf[pos] == 0 and buf[pos:header_end] == _ZERO_BLOCK:
+                return  # end-of-archive marker
             # Verify the checksum: this is what catches a corrupt header before its garbage size
             # field derails the rest of the shard. The tar checksum is the plain byte sum of the
             # header; sum() over 512 bytes costs ~3.7 us in CPython, more than the rest of the
             # member. The low half of Adler-32 is (1 + byte sum) mod 65521, computed in C in
             # ~0.1 us: comparing modulo 65521 catches every corruption that changes the sum by
             # less than 65521, i.e. any error in fewer than 257 bytes.
-            if buf[pos] == 0 and buf[pos:header_end] == _ZERO_BLOCK:
-                return  # end-of-archive marker
-            # Field parses are memoised: checksum and size fields repeat across the headers of
-            # a shard, and a dict hit costs a fraction of strip + int() + sum() per header.
-            stored = buf[pos + 148 : pos + 156]
-            parsed = checksum_cache.get(stored)
+            # Field parses are memoised: one key covers the size, mtime and checksum fields
+            # (bytes 124-156), which repeat across headers; a dict hit costs a fraction of
+            # strip + int() + sum().
+            fields = bytes(view[pos + 124 : pos + 156])
+            parsed = field_cache.get(fields)
             if parsed is None:
-                parsed = _parse_checksum(stored)
-                if len(checksum_cache) > _CACHE_LIMIT:
-                    checksum_cache.clear()
-                checksum_cache[stored] = parsed
-            expected, stored_sum = parsed
-            if expected < 0 or (
-                (zlib.adler32(buf[pos:header_end]) & 0xFFFF) - 1 - stored_sum + _CHECKSUM_BLANKS - expected
-            ) % _ADLER_MOD:
+                parsed = _parse_fields(fields)
+                if len(field_cache) > _CACHE_LIMIT:
+                    field_cache.clear()
+                field_cache[fields] = parsed
+            size, expected, stored_sum = parsed
+            if (
+                expected < 0
+                or (
+                    (zlib.adler32(view[pos:header_end]) & 0xFFFF)
+                    - 1
+                    - stored_sum
+                    + _CHECKSUM_BLANKS
+                    - expected
+                )
+                % _ADLER_MOD
+            ):
                 raise fail("bad tar header checksum (not a tar file, or corrupt)", long_name, header_offset)
-            typeflag = buf[pos + 156]
-            size_field = buf[pos + 124 : pos + 136]
-            size = size_cache.get(size_field, -1)
             if size < 0:
-                try:
-                    size = _octal(size_field)
-                except ValueError:
-                    raise fail("unparsable member size in tar header", long_name, header_offset) from None
-                if len(size_cache) > _CACHE_LIMIT:
-                    size_cache.clear()
-                size_cache[size_field] = size
+                raise fail("unparsable member size in tar header", long_name, header_offset)
+            typeflag = buf[pos + 156]
             if long_name is not None:
                 name = long_name
                 long_name = None
@@ -189,37 +260,25 @@ def iter_members(
                 if "size" in pax:
                     size = int(pax["size"])
                 pax = None
-            if size < 0:
-                raise fail("negative member size in tar header", name, header_offset)
-            data_start = header_end
-            data_end = data_start + size
-            padded_end = data_start + ((size + _BLOCK - 1) & ~(_BLOCK - 1))
-            if padded_end <= len(buf):
-                data = buf[data_start:data_end]
-                pos = padded_end
+            padded = (size + _BLOCK - 1) & ~(_BLOCK - 1)
+            start = header_end
+            if end - start >= padded:
+                data = bytes(view[start : start + size])
+                start += padded
+            elif padded <= capacity:
+                start, end, base = _refill(reader, view, start, end, base, padded)
+                if end - start < padded:
+                    have = max(0, min(size, end - start))
+                    raise fail(f"truncated member data ({have} of {size} bytes present)", name, header_offset)
+                data = bytes(view[start : start + size])
+                start += padded
             else:
-                # The member runs past the buffer: collect the rest with direct reads, then keep
-                # the tail of the last chunk as the new buffer.
-                parts = [buf[data_start:data_end]]
-                have = len(parts[0])
-                need = padded_end - len(buf)
-                chunk_offset = base + len(buf)
-                while True:
-                    chunk = reader.read(max(need, blocksize))
-                    if not chunk:
-                        raise fail(
-                            f"truncated member data ({have} of {size} bytes present)", name, header_offset
-                        )
-                    take = min(size - have, len(chunk))
-                    if take > 0:
-                        parts.append(chunk[:take])
-                        have += take
-                    if len(chunk) >= need:
-                        buf, base, pos = chunk, chunk_offset, need
-                        break
-                    need -= len(chunk)
-                    chunk_offset += len(chunk)
-                data = b"".join(parts)
+                large, have = _read_large(reader, view[start:end], size, padded)
+                if large is None:
+                    raise fail(f"truncated member data ({have} of {size} bytes present)", name, header_offset)
+                data = large
+                base += start + padded
+                start = end = 0
             if typeflag in _REGULAR:
                 yield name, data, header_offset
             elif typeflag == _GNU_LONGNAME:
@@ -231,4 +290,4 @@ def iter_members(
                     raise fail("malformed PAX extended header", name, header_offset) from None
             # _PAX_GLOBAL and other types (dirs, links, devices) carry nothing we yield.
     except (EOFError, zlib.error) as exc:
-        raise fail(f"corrupt compressed stream ({exc})", name, base + pos) from exc
+        raise fail(f"corrupt compressed stream ({exc})", name, base + start) from exc
