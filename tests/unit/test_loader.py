@@ -73,3 +73,20 @@ def test_close_shuts_down_workers(make_shards) -> None:
     while workers & {p.pid for p in me.children()} and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not workers & {p.pid for p in me.children()}
+
+
+def test_batches_of_arrays_cross_workers_as_shared_tensors(make_shards) -> None:
+    spec, keys = make_shards([8, 8])
+    ds = (
+        wds.WebDataset(spec)
+        .map(lambda s: (np.full((32, 32, 3), int(s["cls"]), dtype=np.uint8), int(s["cls"])))
+        .batched(4)
+    )
+    direct = next(iter(ds))
+    assert isinstance(direct[0], np.ndarray) and direct[0].shape == (4, 32, 32, 3)  # main process: numpy
+    with wds.WebLoader(ds, batch_size=None, num_workers=2) as loader:
+        batches = list(loader)
+    assert len(batches) == 4
+    for images, labels in batches:
+        assert isinstance(images, torch.Tensor) and images.dtype == torch.uint8 and images.shape == (4, 32, 32, 3)
+        assert [int(images[i, 0, 0, 0]) for i in range(4)] == labels.tolist()

@@ -46,7 +46,8 @@ class WebLoader(DataLoader, FluidInterface):  # type: ignore[type-arg]
     * each ``iter()`` advances the dataset's epoch in this process before workers start, so
       shard and sample shuffles change every epoch even with non-persistent workers;
     * ``close()`` (or leaving a ``with`` block) shuts the worker processes down at once;
-    * worker processes get a tuned allocator (fewer page faults when decoding images).
+    * worker processes get a tuned allocator (fewer page faults when decoding images); the
+      main process is left alone.
     """
 
     def __init__(self, dataset: Any, *args: Any, **kw: Any) -> None:
@@ -54,7 +55,8 @@ class WebLoader(DataLoader, FluidInterface):  # type: ignore[type-arg]
         super().__init__(dataset, *args, **kw)
         self._iterators: weakref.WeakSet[Any] = weakref.WeakSet()
         self._epoch = -1
-        _tune_allocator()
+        # The allocator is tuned in our worker processes only (worker_init_fn), never in the
+        # user's main process: mallopt settings are process-global and inherited by later forks.
 
     def set_epoch(self, epoch: int) -> None:
         """Use ``epoch`` for the next ``iter()``."""
