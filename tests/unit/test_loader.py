@@ -88,5 +88,9 @@ def test_batches_of_arrays_cross_workers_as_shared_tensors(make_shards) -> None:
         batches = list(loader)
     assert len(batches) == 4
     for images, labels in batches:
-        assert isinstance(images, torch.Tensor) and images.dtype == torch.uint8 and images.shape == (4, 32, 32, 3)
+        assert (
+            isinstance(images, torch.Tensor)
+            and images.dtype == torch.uint8
+            and images.shape == (4, 32, 32, 3)
+        )
         assert [int(images[i, 0, 0, 0]) for i in range(4)] == labels.tolist()

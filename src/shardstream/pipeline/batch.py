@@ -38,7 +38,7 @@ def _stack_into_shared_tensor(values: list[np.ndarray[Any, Any]]) -> Any:
 
     first = values[0]
     dtype = torch.from_numpy(first[:0].reshape(0)).dtype
-    storage = torch.UntypedStorage._new_shared(len(values) * first.nbytes)
+    storage = torch.UntypedStorage._new_shared(len(values) * first.nbytes)  # type: ignore[no-untyped-call]
     out = torch.empty(0, dtype=dtype).set_(storage).view(len(values), *first.shape)
     np.stack(values, out=out.numpy())
     return out
