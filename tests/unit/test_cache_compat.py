@@ -122,3 +122,17 @@ def test_exports_sorted_and_webdataset_names_present() -> None:
         assert list(ours)[: len(theirs)] == list(theirs), name
     assert sscache.default_cache_dir == "./_cache" and sscache.default_cache_size == 1e18
     assert wds.cache is sscache
+
+
+def test_cache_size_accepts_size_strings(tmp_path, make_shards) -> None:
+    import shardstream as wds
+    from shardstream.sources.memory import memory_store
+
+    spec, keys = make_shards([3])
+    # A remote-looking source so the cache is used: serve the shard from the memory store.
+    (path,) = (tmp_path / "data").glob("*.tar")
+    memory_store["memory://bucket/shard.tar"] = path.read_bytes()
+    ds = wds.WebDataset("memory://bucket/shard.tar", cache_dir=str(tmp_path / "cache"), cache_size="1M")
+    assert [s["__key__"] for s in ds] == keys
+    with pytest.raises(ValueError, match="cache_size='lots'"):
+        wds.WebDataset("memory://bucket/shard.tar", cache_dir=str(tmp_path / "cache"), cache_size="lots")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from ..config import UNSET, Unset, read_settings
+from ..config import UNSET, Unset, parse_size, read_settings
 from ..errors import ConfigurationError
 from ..shards.balance import PlannedSamples
 from ..shards.counts import CountSource
@@ -201,7 +201,7 @@ class WebDataset(DataPipeline, FluidInterface):
         resampled: bool = False,
         repeat: bool = False,
         shardshuffle: bool | int | None = None,
-        cache_size: int | None | Unset = UNSET,
+        cache_size: int | str | None | Unset = UNSET,
         cache_dir: str | None | Unset = UNSET,
         url_to_name: Callable[[str], str] | None = None,
         detshuffle: bool = False,
@@ -310,7 +310,7 @@ class WebDataset(DataPipeline, FluidInterface):
 
 def _cache_opener(
     cache_dir: str | None | Unset,
-    cache_size: int | None | Unset,
+    cache_size: int | str | None | Unset,
     url_to_name: Any,
     storage_options: Mapping[str, Any] | None,
     allow_pipe: bool,
@@ -324,6 +324,10 @@ def _cache_opener(
     settings = read_settings()
     directory = settings.cache_dir if isinstance(cache_dir, Unset) else cache_dir
     size = settings.cache_size if isinstance(cache_size, Unset) else cache_size
+    if isinstance(size, str):
+        size = parse_size(size, name="cache_size")
+    if size is not None and size < 0:
+        size = None  # WebDataset's -1: unlimited
     return make_cache_opener(
         cache_dir=directory,
         cache_size=size,
