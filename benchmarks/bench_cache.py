@@ -119,8 +119,13 @@ def main() -> None:
     with HTTPFileServer(args.data) as server:
         urls = [server.url_for(n) for n in names]
         log.info("%s", machine_line())
-        log.info("%d shards x %d samples x %d KB over loopback HTTP (%s)", SHARDS, SAMPLES_PER_SHARD,
-                 SAMPLE_BYTES // 1000, server.url)
+        log.info(
+            "%d shards x %d samples x %d KB over loopback HTTP (%s)",
+            SHARDS,
+            SAMPLES_PER_SHARD,
+            SAMPLE_BYTES // 1000,
+            server.url,
+        )
         for r in range(args.rounds + 1):  # round 0 is a warm-up (imports, connections, page cache)
             order = list(sides) if r % 2 == 0 else list(reversed(sides))
             for name in order:
@@ -140,24 +145,50 @@ def main() -> None:
                 firsts[name].append(first)
                 batches[name].append(batch)
                 rates[name].append(rate)
-                log.info("round %d %-12s cold first sample %7.1f ms  first batch %7.1f ms  "
-                         "warm epoch %8.0f samples/s", r, name, first * 1e3, batch * 1e3, rate)
+                log.info(
+                    "round %d %-12s cold first sample %7.1f ms  first batch %7.1f ms  "
+                    "warm epoch %8.0f samples/s",
+                    r,
+                    name,
+                    first * 1e3,
+                    batch * 1e3,
+                    rate,
+                )
     ours, theirs = "shardstream", "webdataset"
     log.info("")
     log.info("%-34s %14s %14s %10s", "best of rounds", ours, theirs, "ratio")
-    log.info("%-34s %12.1f ms %12.1f ms %9.1fx faster", "cold cache: first sample",
-             min(firsts[ours]) * 1e3, min(firsts[theirs]) * 1e3, min(firsts[theirs]) / min(firsts[ours]))
-    log.info("%-34s %12.1f ms %12.1f ms %9.1fx faster", f"cold cache: first batch ({BATCH})",
-             min(batches[ours]) * 1e3, min(batches[theirs]) * 1e3, min(batches[theirs]) / min(batches[ours]))
-    log.info("%-34s %12.0f /s %12.0f /s %9.2fx", "warm cache: second epoch samples/s",
-             max(rates[ours]), max(rates[theirs]), max(rates[ours]) / max(rates[theirs]))
-    log.info("median per-round ratios: first batch %.1fx, warm epoch %.2fx",
-             statistics.median(t / o for o, t in zip(batches[ours], batches[theirs], strict=True)),
-             statistics.median(o / t for o, t in zip(rates[ours], rates[theirs], strict=True)))
-    log.info("first sample without any cache (shardstream streaming, the floor): %.1f ms (best)",
-             min(plain) * 1e3)
-    log.info("one shard is %.1f MB; one sample %.0f KB",
-             SAMPLES_PER_SHARD * SAMPLE_BYTES / 1e6, SAMPLE_BYTES / 1e3)
+    log.info(
+        "%-34s %12.1f ms %12.1f ms %9.1fx faster",
+        "cold cache: first sample",
+        min(firsts[ours]) * 1e3,
+        min(firsts[theirs]) * 1e3,
+        min(firsts[theirs]) / min(firsts[ours]),
+    )
+    log.info(
+        "%-34s %12.1f ms %12.1f ms %9.1fx faster",
+        f"cold cache: first batch ({BATCH})",
+        min(batches[ours]) * 1e3,
+        min(batches[theirs]) * 1e3,
+        min(batches[theirs]) / min(batches[ours]),
+    )
+    log.info(
+        "%-34s %12.0f /s %12.0f /s %9.2fx",
+        "warm cache: second epoch samples/s",
+        max(rates[ours]),
+        max(rates[theirs]),
+        max(rates[ours]) / max(rates[theirs]),
+    )
+    log.info(
+        "median per-round ratios: first batch %.1fx, warm epoch %.2fx",
+        statistics.median(t / o for o, t in zip(batches[ours], batches[theirs], strict=True)),
+        statistics.median(o / t for o, t in zip(rates[ours], rates[theirs], strict=True)),
+    )
+    log.info(
+        "first sample without any cache (shardstream streaming, the floor): %.1f ms (best)", min(plain) * 1e3
+    )
+    log.info(
+        "one shard is %.1f MB; one sample %.0f KB", SAMPLES_PER_SHARD * SAMPLE_BYTES / 1e6, SAMPLE_BYTES / 1e3
+    )
 
 
 if __name__ == "__main__":

@@ -18,7 +18,18 @@ from typing import Final
 
 from .errors import ConfigurationError
 
-__all__ = ["UNSET", "VARIABLES", "LauncherEnv", "Settings", "Unset", "env_value", "launcher_env", "parse_size", "pick", "read_settings"]
+__all__ = [
+    "UNSET",
+    "VARIABLES",
+    "LauncherEnv",
+    "Settings",
+    "Unset",
+    "env_value",
+    "launcher_env",
+    "parse_size",
+    "pick",
+    "read_settings",
+]
 
 log = logging.getLogger(__name__)
 

@@ -79,8 +79,12 @@ def _no_debris(cache_dir: Path) -> None:
 # exercise the same races in the default suite.
 @pytest.mark.parametrize("nprocs", [4, pytest.param(16, marks=pytest.mark.slow)])
 def test_processes_fetch_each_shard_exactly_once(
-    tmp_path: Path, s3_server: SeaweedS3, s3_bucket: str, proxied: tuple[FaultProxy, dict[str, Any]],
-    processes: list[Any], nprocs: int,
+    tmp_path: Path,
+    s3_server: SeaweedS3,
+    s3_bucket: str,
+    proxied: tuple[FaultProxy, dict[str, Any]],
+    processes: list[Any],
+    nprocs: int,
 ) -> None:
     proxy, options = proxied
     shards = {s3_server.put_object(s3_bucket, f"train/shard-{i:03d}.tar", _shard(i)): i for i in range(8)}
@@ -103,7 +107,7 @@ def test_processes_fetch_each_shard_exactly_once(
     for outcome in outcomes:
         assert {u: (d, outcome["keys"][u]) for u, d in outcome["digests"].items()} == expected
     for url in urls:
-        path = "/" + url[len("s3://"):]
+        path = "/" + url[len("s3://") :]
         assert proxy.gets(path) == 1, (url, proxy.gets(path))
     totals = {k: sum(o["stats"][k] for o in outcomes) for k in ("hits", "misses")}
     assert totals == {"misses": 8, "hits": nprocs * 8 - 8}
@@ -121,8 +125,12 @@ def _run_and_report(func: Callable[..., dict[str, Any]], args: tuple[Any, ...], 
 
 @pytest.mark.parametrize("other_host", [False, True], ids=["same-host-pid-check", "other-host-heartbeat"])
 def test_killed_downloader_is_taken_over(
-    tmp_path: Path, s3_server: SeaweedS3, s3_bucket: str, proxied: tuple[FaultProxy, dict[str, Any]],
-    processes: list[Any], other_host: bool,
+    tmp_path: Path,
+    s3_server: SeaweedS3,
+    s3_bucket: str,
+    proxied: tuple[FaultProxy, dict[str, Any]],
+    processes: list[Any],
+    other_host: bool,
 ) -> None:
     proxy, options = proxied
     data = _shard(0, samples=60)
@@ -155,12 +163,15 @@ def test_killed_downloader_is_taken_over(
         assert waited >= 1.0  # only after the heartbeat went silent for stale_after
     else:
         assert waited < 1.5  # the PID check sees the death at once
-    assert proxy.gets("/" + url[len("s3://"):]) == 2
+    assert proxy.gets("/" + url[len("s3://") :]) == 2
     _no_debris(cache_dir)
 
 
 def test_eviction_spares_a_shard_another_process_reads(
-    tmp_path: Path, s3_server: SeaweedS3, s3_bucket: str, proxied: tuple[FaultProxy, dict[str, Any]],
+    tmp_path: Path,
+    s3_server: SeaweedS3,
+    s3_bucket: str,
+    proxied: tuple[FaultProxy, dict[str, Any]],
     processes: list[Any],
 ) -> None:
     _, options = proxied

@@ -54,7 +54,9 @@ def test_break_mid_shard_closes_the_s3_connection(s3_server, s3_shards, fault_pr
 
 
 @pytest.mark.s3
-def test_with_epoch_truncation_and_user_exception_release_connections(s3_server, s3_shards, fault_proxy) -> None:
+def test_with_epoch_truncation_and_user_exception_release_connections(
+    s3_server, s3_shards, fault_proxy
+) -> None:
     proxy = fault_proxy(s3_server.endpoint_url)
     options = s3_server.options_for(endpoint_url=proxy.url)
     ds = wds.WebDataset(s3_shards, storage_options=options).with_epoch(7)

@@ -103,7 +103,8 @@ def test_lru_cleanup_deletes_only_own_idle_entries(tmp_path: Path) -> None:
     (tmp_path / "mine.bin").write_bytes(b"m" * 10_000)
     wds.cache.LRUCleanup(str(tmp_path), cache_size=1500, interval=None).cleanup()
     assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file() and ".shardstream" not in p.parts) == [
-        "mine.bin", "two.tar"
+        "mine.bin",
+        "two.tar",
     ]
     for url in ("memory://b/one.tar", "memory://b/two.tar"):
         memory_store.pop(url)

@@ -35,9 +35,7 @@ def test_random_plans_are_minimal_lru_prefixes() -> None:
     rng = random.Random(0)
     for _ in range(500):
         n = rng.randint(0, 12)
-        entries = [
-            Entry(f"e{i}", rng.randint(0, 1000), rng.random(), rng.random() < 0.2) for i in range(n)
-        ]
+        entries = [Entry(f"e{i}", rng.randint(0, 1000), rng.random(), rng.random() < 0.2) for i in range(n)]
         limit, incoming = rng.randint(0, 6000), rng.randint(0, 500)
         victims = plan_eviction(entries, limit, incoming)
         assert not any(v.busy for v in victims)

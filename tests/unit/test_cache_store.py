@@ -69,8 +69,11 @@ class _GatedStream(io.RawIOBase):
     def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
         if self._pos >= self._first:
             self._gate.wait(10)
-        end = min(len(self._data), self._pos + len(buffer), max(self._first, self._pos + 1)
-                  if not self._gate.is_set() else len(self._data))
+        end = min(
+            len(self._data),
+            self._pos + len(buffer),
+            max(self._first, self._pos + 1) if not self._gate.is_set() else len(self._data),
+        )
         n = end - self._pos
         buffer[:n] = self._data[self._pos : end]
         self._pos = end

@@ -43,6 +43,7 @@ log = logging.getLogger("shardstream.cache")
 class InvalidCachedFile(CacheError, ValueError):
     """A downloaded file failed ``FileCache``'s validator (a ``ValueError``, as in WebDataset)."""
 
+
 Handler = Callable[[BaseException], bool]
 
 

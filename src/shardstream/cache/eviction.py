@@ -130,8 +130,10 @@ def stale_temps(
                 # A writer waiting on a slow network does not touch its temp file, but its lock
                 # heartbeat still runs: count that too.
                 info = read_lock(layout.lock(parsed[0]))
-                if info is not None and info.owner is not None and (info.owner.host, info.owner.pid) == (
-                    holder.host, holder.pid
+                if (
+                    info is not None
+                    and info.owner is not None
+                    and (info.owner.host, info.owner.pid) == (holder.host, holder.pid)
                 ):
                     beat = max(beat, info.mtime)
             alive = now - beat <= stale_after

@@ -198,7 +198,7 @@ class ShardLock:
                 continue
             now = time.monotonic()
             if now >= deadline:
-                who = (f"host {info.owner.host} pid {info.owner.pid}" if info.owner else "an unknown process")
+                who = f"host {info.owner.host} pid {info.owner.pid}" if info.owner else "an unknown process"
                 raise CacheLockTimeout(
                     f"waited {limit:.0f}s for the cache lock {self.path}, held by {who} that is still "
                     f"alive (heartbeat {time.time() - info.mtime:.0f}s ago). Another process is still "

@@ -323,7 +323,9 @@ class ShardCache:
             if isinstance(hit, _Corrupt):
                 log.warning(
                     "cached shard %s for %s is corrupt (%s): removing it and fetching it again",
-                    path, redact_url(url), hit.reason,
+                    path,
+                    redact_url(url),
+                    hit.reason,
                 )
                 remove_quietly(path)
                 remove_quietly(self.layout.meta(name))
@@ -364,7 +366,9 @@ class ShardCache:
                 log.warning(
                     "shard %s (%d bytes) is larger than cache_size=%d: reading it without caching; "
                     "raise cache_size to cache it",
-                    redact_url(url), expected, self.cache_size,
+                    redact_url(url),
+                    expected,
+                    self.cache_size,
                 )
                 lock.release()
                 lease.release()
@@ -443,7 +447,9 @@ class ShardCache:
                 if total > self.cache_size:
                     log.warning(
                         "cache %s stays over cache_size=%d (%d bytes): the remaining entries are in use",
-                        self.cache_dir, self.cache_size, total,
+                        self.cache_dir,
+                        self.cache_size,
+                        total,
                     )
                 return removed
 
@@ -460,13 +466,24 @@ class ShardCache:
         finally:
             lock.release()
         self._stats.add(evictions=1, evicted_bytes=entry.size)
-        log.debug("cache evicted %s (%d bytes, last used %.0fs ago)", entry.name, entry.size,
-                  time.time() - entry.last_used)
+        log.debug(
+            "cache evicted %s (%d bytes, last used %.0fs ago)",
+            entry.name,
+            entry.size,
+            time.time() - entry.last_used,
+        )
         return True
 
     def _publish(
-        self, url: str, name: str, tmp: str, written: int, md5: str | None,
-        expected: int | None, etag: str | None, started: float,
+        self,
+        url: str,
+        name: str,
+        tmp: str,
+        written: int,
+        md5: str | None,
+        expected: int | None,
+        etag: str | None,
+        started: float,
     ) -> None:
         """Verify a finished download and rename it into place (raises on bad data)."""
         if expected is not None and written != expected:
@@ -502,7 +519,10 @@ class ShardCache:
             return
         self._stats.add(bytes_fetched=written)
         log.info(
-            "cache filled %s -> %s bytes=%d seconds=%.3f", redact_url(url), data, written,
+            "cache filled %s -> %s bytes=%d seconds=%.3f",
+            redact_url(url),
+            data,
+            written,
             time.monotonic() - started,
         )
 
@@ -524,6 +544,10 @@ def make_cache_opener(
     if cache_dir is None or cache_size == 0:
         return None
     return ShardCache(
-        cache_dir, cache_size=cache_size, url_to_name=url_to_name, storage_options=storage_options,
-        allow_pipe=allow_pipe, **options,
+        cache_dir,
+        cache_size=cache_size,
+        url_to_name=url_to_name,
+        storage_options=storage_options,
+        allow_pipe=allow_pipe,
+        **options,
     )

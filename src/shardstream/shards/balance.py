@@ -93,8 +93,12 @@ class PlannedSamples:
         self.counts: list[int] | None = None
         if mode != "resampled":
             self.counts = shard_counts(
-                self.urls, index=index, cache=count_cache, storage_options=self.reader.storage_options,
-                allow_pipe=self.reader.allow_pipe, opener=self.reader.opener,
+                self.urls,
+                index=index,
+                cache=count_cache,
+                storage_options=self.reader.storage_options,
+                allow_pipe=self.reader.allow_pipe,
+                opener=self.reader.opener,
             )
 
     # -- world and epochs -----------------------------------------------------------------------
@@ -146,9 +150,16 @@ class PlannedSamples:
             raise ConfigurationError("split='resampled' draws shards at random and has no epoch plan")
         world = world or self.detect_world()
         return plan_epoch(
-            self.urls, self.counts, world_size=world.world_size, num_workers=world.num_workers,
-            epoch=self.epoch if epoch is None else epoch, seed=self.seed, mode=self.mode,
-            batch_size=self.batch_size, granularity=self.granularity, shuffle=self.shuffle,
+            self.urls,
+            self.counts,
+            world_size=world.world_size,
+            num_workers=world.num_workers,
+            epoch=self.epoch if epoch is None else epoch,
+            seed=self.seed,
+            mode=self.mode,
+            batch_size=self.batch_size,
+            granularity=self.granularity,
+            shuffle=self.shuffle,
         )
 
     # -- reading --------------------------------------------------------------------------------
@@ -200,7 +211,9 @@ class PlannedSamples:
         log.warning(
             "rank %d worker %d read %d samples fewer than planned (stale index or skipped shard); "
             "repeating its own samples to keep every rank's batch count equal",
-            world.rank, world.worker, missing,
+            world.rank,
+            world.worker,
+            missing,
         )
         while missing > 0:
             got = 0

@@ -41,8 +41,13 @@ def _dirname(url: str) -> str:
     return url.rpartition("/")[0]
 
 
-def count_samples(url: str, *, storage_options: Mapping[str, Any] | None = None, allow_pipe: bool = False,
-                  opener: Opener | None = None) -> int:
+def count_samples(
+    url: str,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    allow_pipe: bool = False,
+    opener: Opener | None = None,
+) -> int:
     """Read one shard and count its samples (consecutive members sharing a key)."""
     reader = TarSamples(storage_options=storage_options, allow_pipe=allow_pipe, opener=opener)
     return sum(1 for _ in reader.run(iter([{"url": url}])))
@@ -98,21 +103,28 @@ def shard_counts(
     if missing:
         start = time.perf_counter()
         with ThreadPoolExecutor(max_workers=max(1, min(max_threads, len(missing)))) as pool:
-            counted = list(pool.map(
-                lambda u: count_samples(u, storage_options=storage_options, allow_pipe=allow_pipe,
-                                        opener=opener),
-                missing,
-            ))
+            counted = list(
+                pool.map(
+                    lambda u: count_samples(
+                        u, storage_options=storage_options, allow_pipe=allow_pipe, opener=opener
+                    ),
+                    missing,
+                )
+            )
         _COUNTED.update(zip(missing, counted, strict=True))
         log.info(
             "counted %d samples in %d shards in %.2fs (no index entry for them); write shards with "
             "ShardWriter (it writes _info.json) or pass cache= to skip this pass next time",
-            sum(counted), len(missing), time.perf_counter() - start,
+            sum(counted),
+            len(missing),
+            time.perf_counter() - start,
         )
         if cache is not None:
             # bytes=-1: the counting pass does not measure sizes.
-            entries = [IndexEntry(url=_basename(u), samples=n, bytes=-1)
-                       for u, n in zip(missing, counted, strict=True)]
+            entries = [
+                IndexEntry(url=_basename(u), samples=n, bytes=-1)
+                for u, n in zip(missing, counted, strict=True)
+            ]
             write_index(cache, entries, storage_options=storage_options)
     result = []
     for url in urls:

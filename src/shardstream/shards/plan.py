@@ -163,9 +163,17 @@ def plan_epoch(
         )
     per_rank = worker_quotas(nb, num_workers, batch_size)
     quotas = per_rank * world_size
-    base = EpochPlan(mode=mode, epoch=epoch, world_size=world_size, num_workers=num_workers,
-                     batch_size=batch_size, order=tuple(p.url for p in shards), slots=(),
-                     quotas=tuple(quotas), batches_per_rank=nb)
+    base = EpochPlan(
+        mode=mode,
+        epoch=epoch,
+        world_size=world_size,
+        num_workers=num_workers,
+        batch_size=batch_size,
+        order=tuple(p.url for p in shards),
+        slots=(),
+        quotas=tuple(quotas),
+        batches_per_rank=nb,
+    )
     if mode == "exact":
         slots, padded = _exact(shards, total, world_size, per_rank)
         return replace(base, slots=slots, padded=padded)
@@ -210,11 +218,12 @@ class _Stream:
             return []  # everything or nothing taken; callers only ask after a partial take
         seg = self.segments[self.index]
         head = [Piece(seg.url, seg.start + self.offset, seg.stop)] if self.offset else [seg]
-        return head + list(self.segments[self.index + 1:])
+        return head + list(self.segments[self.index + 1 :])
 
 
-def _exact(shards: Sequence[Piece], total: int, world_size: int,
-           per_rank: Sequence[int]) -> tuple[tuple[tuple[Piece, ...], ...], int]:
+def _exact(
+    shards: Sequence[Piece], total: int, world_size: int, per_rank: Sequence[int]
+) -> tuple[tuple[tuple[Piece, ...], ...], int]:
     stream = _Stream(shards)
     slots: list[tuple[Piece, ...]] = []
     padded = 0
@@ -232,8 +241,9 @@ def _exact(shards: Sequence[Piece], total: int, world_size: int,
     return tuple(slots), padded
 
 
-def _by_shard(shards: Sequence[Piece], quotas: Sequence[int], world_size: int, num_workers: int,
-              batch_size: int) -> tuple[tuple[tuple[Piece, ...], ...], int]:
+def _by_shard(
+    shards: Sequence[Piece], quotas: Sequence[int], world_size: int, num_workers: int, batch_size: int
+) -> tuple[tuple[tuple[Piece, ...], ...], int]:
     active = [s for s, q in enumerate(quotas) if q > 0]
     if len(shards) < len(active):
         raise SplitError(
