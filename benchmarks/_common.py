@@ -258,3 +258,13 @@ def machine_line() -> str:
         f"{platform.machine()}, {os.cpu_count()} cores (shared), Linux {platform.release()}, "
         f"Python {sys.version.split()[0]}, torch {torch_version}, numpy {numpy.__version__}"
     )
+
+
+def emit_report(lines: list[str], markdown: Path | None) -> None:
+    """Print the Markdown report and, when asked, write it to ``markdown``."""
+    text = "\n".join(lines)
+    print()
+    print(text)
+    if markdown:
+        markdown.parent.mkdir(parents=True, exist_ok=True)
+        markdown.write_text(text + "\n")

@@ -43,6 +43,7 @@ from _common import (  # noqa: E402
     build_image_dataset,
     build_tiny_dataset,
     dataset_bytes,
+    emit_report,
     machine_line,
     paired_ratio,
     run_alternating,
@@ -250,12 +251,7 @@ def main(argv: list[str] | None = None) -> int:
                 out += summarize(f"{title} ({nbytes / 1e6:.1f} MB)", sides, curl_target=name == "images")
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
-    text = "\n".join(out)
-    print()
-    print(text)
-    if args.markdown:
-        args.markdown.parent.mkdir(parents=True, exist_ok=True)
-        args.markdown.write_text(text + "\n")
+    emit_report(out, args.markdown)
     return 0
 
 

@@ -33,6 +33,7 @@ from _common import (  # noqa: E402
     build_image_dataset,
     build_tiny_dataset,
     dataset_bytes,
+    emit_report,
     machine_line,
     paired_ratio,
     run_alternating,
@@ -164,12 +165,7 @@ def main(argv: list[str] | None = None) -> int:
             1.5,
             image_bytes,
         )
-    text = "\n".join(out)
-    print()
-    print(text)
-    if args.markdown:
-        args.markdown.parent.mkdir(parents=True, exist_ok=True)
-        args.markdown.write_text(text + "\n")
+    emit_report(out, args.markdown)
     return 0
 
 
