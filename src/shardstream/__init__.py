@@ -13,7 +13,18 @@ from . import (  # noqa: E402  (namespaces: wds.compat.WebDataset, wds.pipeline.
     tenbin,
 )
 from .cache import LRUCleanup, pipe_cleaner
-from .compat import autodecode, extradatasets, filters, handlers, mix, shardlists, tariterators, utils, writer
+from .compat import (
+    autodecode,
+    extradatasets,
+    filters,
+    handlers,
+    mix,
+    pytorch,
+    shardlists,
+    tariterators,
+    utils,
+    writer,
+)
 from .compat import gopen as _gopen_module
 from .compat.autodecode import (
     Continue,
@@ -97,6 +108,7 @@ for _name, _module in {
     "autodecode": autodecode,
     "writer": writer,
     "extradatasets": extradatasets,
+    "pytorch": pytorch,
 }.items():
     _sys.modules.setdefault(f"{__name__}.{_name}", _module)
 del _name, _module
@@ -170,6 +182,7 @@ __all__ = [
     "pipe_cleaner",
     "pipeline",
     "pipelinefilter",
+    "pytorch",
     "pytorch_weights_only",
     "rename",
     "rename_keys",

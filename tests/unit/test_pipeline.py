@@ -251,3 +251,22 @@ def test_to_tuple_with_array_fields_and_none_check(make_shards) -> None:
     assert [int(c) for _, c in out] == [0, 1, 2] and out[2][0].tolist() == [2, 3, 4, 5]
     with pytest.raises(ValueError, match="found None"):
         list(wds.WebDataset(spec).map(lambda s: {**s, "cls": None}).to_tuple("npy", "cls"))
+
+
+def test_file_urls_and_local_paths(make_shards) -> None:
+    spec, keys = make_shards([2, 3])
+    urls = wds.expand_urls(spec)
+    samples = list(wds.WebDataset([f"file://{u}" for u in urls]))
+    assert [s["__key__"] for s in samples] == keys
+    assert samples[0]["__url__"] == f"file://{urls[0]}" and samples[0]["__local_path__"] == urls[0]
+
+
+def test_resampled_shards_are_seeded_and_change_per_epoch(make_shards) -> None:
+    spec, _ = make_shards([1] * 8)
+    shards = wds.ResampledShards(spec, nshards=20, seed=3)
+    first = [d["url"] for d in shards]
+    assert first == [d["url"] for d in wds.ResampledShards(spec, nshards=20, seed=3)]
+    shards.set_epoch(1)
+    assert [d["url"] for d in shards] != first
+    ds = wds.WebDataset(spec, resampled=True, seed=3).with_epoch(5)
+    assert len(list(ds)) == 5
