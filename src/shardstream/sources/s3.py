@@ -29,89 +29,26 @@ botocore client directly (multipart upload), where per-request overhead does not
 from __future__ import annotations
 
 import functools
-import io
-import re
 import threading
 from collections import Counter
 from typing import Any, BinaryIO, cast
 from urllib.parse import urlsplit
 
 from ..config import UNSET
-from ..errors import (
-    AccessDeniedError,
-    ConfigurationError,
-    ShardNotFoundError,
-    SourceError,
-    TransientSourceError,
-    redact_url,
-)
-from ._httpclient import ConnectionPool, PooledBody, network_error, status_error
-from ._resume import ObjectChangedError, Opened, ResumableReader
+from ..errors import ConfigurationError, SourceError, redact_url
+from ._httpclient import ConnectionPool
+from ._resume import Opened, ResumableReader
 from ._retry import RetryPolicy
+from ._s3_errors import _CODES as _CODES
+from ._s3_errors import error_code, s3_error
+from ._s3_errors import translate as _translate
+from ._s3_writer import S3Writer
 from .base import ObjectInfo
 from .http import content_range_total, ssl_context
 
 __all__ = ["S3Source", "S3Writer", "parse_s3_url", "s3_error"]
 
-_Bytes = bytes | bytearray | memoryview
-
 _MIN_PART = 5 << 20
-_CODE = re.compile(rb"<Code>([^<]{1,64})</Code>")
-
-# S3 error code -> (error class, likely fix). Codes not listed fall back to the HTTP status.
-_CODES: dict[str, tuple[type[SourceError], str]] = {
-    "NoSuchKey": (
-        ShardNotFoundError,
-        "no object has this key; check the key and the shard spec (brace ranges)",
-    ),
-    "NoSuchBucket": (
-        ShardNotFoundError,
-        "the bucket does not exist at this endpoint; check the bucket name, endpoint_url and region",
-    ),
-    "AccessDenied": (
-        AccessDeniedError,
-        "the credentials lack permission for this object (s3:GetObject/PutObject), or the bucket "
-        "is private and anon=True was used; check the credentials, profile and bucket policy",
-    ),
-    "AllAccessDisabled": (AccessDeniedError, "all access to this object is disabled by its owner"),
-    "InvalidAccessKeyId": (
-        AccessDeniedError,
-        "the endpoint does not know this access key id; check AWS_ACCESS_KEY_ID, the profile or "
-        "storage_options['access_key_id'], and endpoint_url",
-    ),
-    "SignatureDoesNotMatch": (
-        AccessDeniedError,
-        "the secret access key does not match the access key id; check AWS_SECRET_ACCESS_KEY, "
-        "the profile or storage_options['secret_access_key']",
-    ),
-    "ExpiredToken": (
-        AccessDeniedError,
-        "the session token expired; refresh the credentials (aws sso login, or new STS credentials)",
-    ),
-    "InvalidToken": (AccessDeniedError, "the session token is malformed or invalid; refresh the credentials"),
-    "TokenRefreshRequired": (AccessDeniedError, "the session token must be refreshed"),
-    "RequestTimeTooSkewed": (
-        AccessDeniedError,
-        "this machine's clock differs too much from the server's; sync the clock (NTP)",
-    ),
-    "PermanentRedirect": (
-        SourceError,
-        "the bucket is in another region; pass region= (or set AWS_REGION) to the bucket's region",
-    ),
-    "AuthorizationHeaderMalformed": (
-        SourceError,
-        "the request was signed for the wrong region; pass region= (or set AWS_REGION) to the "
-        "bucket's region",
-    ),
-    "PreconditionFailed": (
-        ObjectChangedError,
-        "the object changed while it was being read; read the shard again",
-    ),
-    "SlowDown": (TransientSourceError, "the server is throttling requests; it is retried with backoff"),
-    "ServiceUnavailable": (TransientSourceError, "the service is temporarily unavailable; it is retried"),
-    "InternalError": (TransientSourceError, "the server failed internally; it is retried"),
-    "RequestTimeout": (TransientSourceError, "the request timed out at the server; it is retried"),
-}
 
 
 def parse_s3_url(url: str) -> tuple[str, str]:
@@ -123,44 +60,6 @@ def parse_s3_url(url: str) -> tuple[str, str]:
             f"{redact_url(url)!r} is not an S3 object URL; expected s3://bucket/path/to/shard.tar"
         )
     return parts.netloc, key
-
-
-def s3_error(
-    status: int, code: str | None, url: str, *, action: str = "open", endpoint: str = ""
-) -> SourceError:
-    """The shardstream error for an S3 error response: message with URL, status, code and fix."""
-    if code in _CODES:
-        cls, fix = _CODES[code]
-        where = f" at endpoint {redact_url(endpoint)}" if endpoint else ""
-        safe = redact_url(url)
-        return cls(f"cannot {action} {safe}{where}: HTTP {status} {code}. {fix}.", url=safe, status=status)
-    if status == 404:
-        fix = "no such key or no such bucket; check the URL, the bucket name and endpoint_url"
-    elif status in (401, 403):
-        fix = "access refused; check the credentials (AWS_* variables, profile or storage_options)"
-    else:
-        fix = ""
-    detail = code or ""
-    if endpoint:
-        detail = (
-            f"{detail}, endpoint {redact_url(endpoint)}" if detail else f"endpoint {redact_url(endpoint)}"
-        )
-    return status_error(status, url, action=action, detail=detail, fix=fix)
-
-
-def _error_code(body: PooledBody) -> str | None:
-    try:
-        buf = bytearray(2048)
-        view = memoryview(buf)
-        n = 0
-        while n < len(buf) and (got := body.readinto(view[n:])):
-            n += got
-        match = _CODE.search(bytes(buf[:n]))
-        return match.group(1).decode("ascii", "replace") if match else None
-    except Exception:
-        return None
-    finally:
-        body.close()
 
 
 def _load_botocore() -> Any:
@@ -283,37 +182,7 @@ class S3Source:
 
     def translate(self, exc: BaseException, url: str, action: str = "open") -> SourceError:
         """Map a botocore, socket or ``http.client`` exception to a shardstream error."""
-        if isinstance(exc, SourceError):
-            return exc
-        from botocore import exceptions as bx
-
-        if isinstance(exc, bx.ClientError):
-            err = exc.response.get("Error", {})
-            status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
-            return s3_error(status, err.get("Code"), url, action=action, endpoint=self.endpoint_url)
-        if isinstance(exc, bx.NoCredentialsError | bx.PartialCredentialsError):
-            return AccessDeniedError(
-                f"cannot {action} {redact_url(url)}: no AWS credentials found. Set AWS_ACCESS_KEY_ID and "
-                "AWS_SECRET_ACCESS_KEY or AWS_PROFILE, pass them in storage_options, or pass "
-                "anon=True for a public bucket.",
-                url=url,
-            )
-        if isinstance(exc, bx.EndpointConnectionError):
-            return TransientSourceError(
-                f"cannot {action} {redact_url(url)}: could not connect to endpoint "
-                f"{redact_url(self.endpoint_url)}. Check that the server is running and endpoint_url "
-                "is right.",
-                url=url,
-            )
-        if isinstance(exc, bx.ConnectTimeoutError | bx.ReadTimeoutError | bx.ConnectionClosedError):
-            return TransientSourceError(
-                f"cannot {action} {redact_url(url)}: {type(exc).__name__} talking to "
-                f"{redact_url(self.endpoint_url)}; it is retried",
-                url=url,
-            )
-        if isinstance(exc, bx.BotoCoreError):
-            return SourceError(f"cannot {action} {redact_url(url)}: {redact_url(exc)}", url=url)
-        return network_error(exc, url, endpoint=self.endpoint_url)
+        return _translate(exc, url, action, endpoint=self.endpoint_url)
 
     # -- reading ----------------------------------------------------------------------------------
 
@@ -338,7 +207,7 @@ class S3Source:
         body = self.pool.request("GET", self._presign("get_object", url), headers=headers)
         resp = body.response
         if resp.status >= 300:
-            raise s3_error(resp.status, _error_code(body), url, endpoint=self.endpoint_url)
+            raise s3_error(resp.status, error_code(body), url, endpoint=self.endpoint_url)
         if resp.status == 206:
             size = content_range_total(resp.getheader("Content-Range"))
         else:
@@ -392,103 +261,3 @@ class S3Source:
 def _is_aws(endpoint: str) -> bool:
     host = urlsplit(endpoint).hostname or ""
     return host.endswith(".amazonaws.com") or host.endswith(".amazonaws.com.cn")
-
-
-class S3Writer(io.RawIOBase):
-    """A write-only stream that uploads to S3 in parts of ``source.part_size`` bytes.
-
-    At most one part is held in memory. An object smaller than one part is sent with a single
-    ``PutObject`` on close. Leaving a ``with`` block by an exception (or calling :meth:`abort`)
-    aborts the upload, so no partial object ever becomes visible.
-    """
-
-    def __init__(self, source: S3Source, url: str, bucket: str, key: str) -> None:
-        super().__init__()
-        self._source = source
-        self.url = url
-        self._bucket = bucket
-        self._key = key
-        self._buffer = bytearray()
-        self._upload_id: str | None = None
-        self._parts: list[dict[str, Any]] = []
-        self.size = 0
-
-    def writable(self) -> bool:
-        return True
-
-    def _call(self, name: str, **kwargs: Any) -> Any:
-        try:
-            return getattr(self._source.client, name)(Bucket=self._bucket, Key=self._key, **kwargs)
-        except Exception as exc:
-            raise self._source.translate(exc, self.url, action="write") from exc
-
-    def _upload_part(self, data: _Bytes) -> None:
-        if self._upload_id is None:
-            self._upload_id = self._call("create_multipart_upload")["UploadId"]
-        number = len(self._parts) + 1
-        result = self._call("upload_part", UploadId=self._upload_id, PartNumber=number, Body=bytes(data))
-        self._parts.append({"PartNumber": number, "ETag": result["ETag"]})
-
-    def write(self, data: _Bytes) -> int:  # type: ignore[override]
-        if self.closed:
-            raise ValueError(f"write to a closed stream ({redact_url(self.url)})")
-        view = memoryview(data).cast("B")
-        self._buffer += view
-        self.size += len(view)
-        part = self._source.part_size
-        if len(self._buffer) >= part:
-            try:
-                while len(self._buffer) >= part:
-                    self._upload_part(memoryview(self._buffer)[:part])
-                    del self._buffer[:part]
-            except BaseException:
-                self.abort()
-                raise
-        return len(view)
-
-    def close(self) -> None:
-        """Upload what is buffered and complete the upload; the object is visible afterwards."""
-        if self.closed:
-            return
-        try:
-            if self._upload_id is None:
-                self._call("put_object", Body=bytes(self._buffer))
-            else:
-                if self._buffer:
-                    self._upload_part(self._buffer)
-                self._call(
-                    "complete_multipart_upload",
-                    UploadId=self._upload_id,
-                    MultipartUpload={"Parts": self._parts},
-                )
-        except BaseException:
-            self.abort()
-            raise
-        finally:
-            self._buffer = bytearray()
-            super().close()
-
-    def abort(self) -> None:
-        """Discard everything written; nothing becomes visible."""
-        upload, self._upload_id = self._upload_id, None
-        self._buffer = bytearray()
-        if upload is not None:
-            try:
-                self._source.client.abort_multipart_upload(
-                    Bucket=self._bucket, Key=self._key, UploadId=upload
-                )
-            except Exception:  # best effort: a lifecycle rule cleans up what remains
-                pass
-        if not self.closed:
-            super().close()
-
-    def __del__(self) -> None:
-        # Dropped without close(): the data may be incomplete, so never publish it.
-        if not self.closed:
-            self.abort()
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if exc_type is not None:
-            self.abort()
-        else:
-            self.close()

@@ -1,0 +1,119 @@
+"""Writing ``s3://`` objects: a streamed multipart upload that is all-or-nothing.
+
+Used through :meth:`~shardstream.sources.s3.S3Source.create`; it calls the source's botocore
+client directly and maps failures with the source's ``translate``.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import TYPE_CHECKING, Any
+
+from ..errors import redact_url
+
+if TYPE_CHECKING:
+    from .s3 import S3Source
+
+__all__ = ["S3Writer"]
+
+_Bytes = bytes | bytearray | memoryview
+
+
+class S3Writer(io.RawIOBase):
+    """A write-only stream that uploads to S3 in parts of ``source.part_size`` bytes.
+
+    At most one part is held in memory. An object smaller than one part is sent with a single
+    ``PutObject`` on close. Leaving a ``with`` block by an exception (or calling :meth:`abort`)
+    aborts the upload, so no partial object ever becomes visible.
+    """
+
+    def __init__(self, source: S3Source, url: str, bucket: str, key: str) -> None:
+        super().__init__()
+        self._source = source
+        self.url = url
+        self._bucket = bucket
+        self._key = key
+        self._buffer = bytearray()
+        self._upload_id: str | None = None
+        self._parts: list[dict[str, Any]] = []
+        self.size = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def _call(self, name: str, **kwargs: Any) -> Any:
+        try:
+            return getattr(self._source.client, name)(Bucket=self._bucket, Key=self._key, **kwargs)
+        except Exception as exc:
+            raise self._source.translate(exc, self.url, action="write") from exc
+
+    def _upload_part(self, data: _Bytes) -> None:
+        if self._upload_id is None:
+            self._upload_id = self._call("create_multipart_upload")["UploadId"]
+        number = len(self._parts) + 1
+        result = self._call("upload_part", UploadId=self._upload_id, PartNumber=number, Body=bytes(data))
+        self._parts.append({"PartNumber": number, "ETag": result["ETag"]})
+
+    def write(self, data: _Bytes) -> int:  # type: ignore[override]
+        if self.closed:
+            raise ValueError(f"write to a closed stream ({redact_url(self.url)})")
+        view = memoryview(data).cast("B")
+        self._buffer += view
+        self.size += len(view)
+        part = self._source.part_size
+        if len(self._buffer) >= part:
+            try:
+                while len(self._buffer) >= part:
+                    self._upload_part(memoryview(self._buffer)[:part])
+                    del self._buffer[:part]
+            except BaseException:
+                self.abort()
+                raise
+        return len(view)
+
+    def close(self) -> None:
+        """Upload what is buffered and complete the upload; the object is visible afterwards."""
+        if self.closed:
+            return
+        try:
+            if self._upload_id is None:
+                self._call("put_object", Body=bytes(self._buffer))
+            else:
+                if self._buffer:
+                    self._upload_part(self._buffer)
+                self._call(
+                    "complete_multipart_upload",
+                    UploadId=self._upload_id,
+                    MultipartUpload={"Parts": self._parts},
+                )
+        except BaseException:
+            self.abort()
+            raise
+        finally:
+            self._buffer = bytearray()
+            super().close()
+
+    def abort(self) -> None:
+        """Discard everything written; nothing becomes visible."""
+        upload, self._upload_id = self._upload_id, None
+        self._buffer = bytearray()
+        if upload is not None:
+            try:
+                self._source.client.abort_multipart_upload(
+                    Bucket=self._bucket, Key=self._key, UploadId=upload
+                )
+            except Exception:  # best effort: a lifecycle rule cleans up what remains
+                pass
+        if not self.closed:
+            super().close()
+
+    def __del__(self) -> None:
+        # Dropped without close(): the data may be incomplete, so never publish it.
+        if not self.closed:
+            self.abort()
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is not None:
+            self.abort()
+        else:
+            self.close()
