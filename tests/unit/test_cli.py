@@ -134,10 +134,11 @@ def test_cpu_monitor_without_psutil(monkeypatch: pytest.MonkeyPatch) -> None:
     assert not _cpu.have_psutil()
     monitor = _cpu.CPUMonitor().start()
     t = time.process_time()
-    while time.process_time() - t < 0.05:
+    # os.times() counts in clock ticks (10 ms): burn 0.3 s so tick rounding cannot matter.
+    while time.process_time() - t < 0.3:
         pass
     report = monitor.stop()
-    assert report.main >= 0.04 and report.peak_rss_mb is None
+    assert report.main >= 0.25 and report.peak_rss_mb is None
 
 
 # -- ls / cat / stat ---------------------------------------------------------------------------------
