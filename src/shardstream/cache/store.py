@@ -21,25 +21,23 @@ Local files are read in place and never copied.
 
 from __future__ import annotations
 
-import contextlib
 import io
-import json
 import logging
 import os
-import re
-import time
 from collections.abc import Mapping
 from typing import Any, BinaryIO, cast
 
 from ..config import read_settings
 from ..errors import CacheError, ConfigurationError, redact_url
-from ..sources import open_url, scheme_of, stat_url
+from ..sources import open_url, scheme_of
 from ..sources.file import local_path
-from . import eviction
+from ._evict_pass import Evictor
+from ._fill import Filler
+from ._hit import Corrupt, LeasedFile, open_hit, remove_corrupt
 from ._layout import Layout
-from ._owner import Owner, remove_quietly
-from ._tee import Fill, TeeReader
-from .lease import Lease, live_leases
+from ._owner import Owner
+from ._tee import TeeReader
+from .lease import Lease
 from .lock import LockTiming, ShardLock
 from .naming import NameFunction, cache_name, check_name
 from .stats import CacheStats
@@ -47,49 +45,6 @@ from .stats import CacheStats
 __all__ = ["ShardCache", "make_cache_opener"]
 
 log = logging.getLogger("shardstream.cache")
-
-_MD5_ETAG = re.compile(r'^"?([0-9a-fA-F]{32})"?$')
-
-
-class _Corrupt:
-    def __init__(self, reason: str) -> None:
-        self.reason = reason
-
-
-class _LeasedFile(io.RawIOBase):
-    """A cached file held open under a reader lease (released on close)."""
-
-    def __init__(self, file: io.FileIO, lease: Lease) -> None:
-        super().__init__()
-        self._file = file
-        self._lease: Lease | None = lease
-        self.name = file.name
-
-    def readable(self) -> bool:
-        return True
-
-    def read(self, size: int = -1, /) -> bytes:  # direct, without RawIOBase's extra copy
-        return self._file.read(size) or b""
-
-    def readinto(self, buffer: Any) -> int:
-        return self._file.readinto(buffer) or 0
-
-    def seekable(self) -> bool:
-        return True
-
-    def seek(self, offset: int, whence: int = 0, /) -> int:
-        return self._file.seek(offset, whence)
-
-    def tell(self) -> int:
-        return self._file.tell()
-
-    def close(self) -> None:
-        if not self.closed:
-            self._file.close()
-            lease, self._lease = self._lease, None
-            if lease is not None:
-                lease.release()
-        super().close()
 
 
 class ShardCache:
@@ -211,13 +166,13 @@ class ShardCache:
         lease = Lease(self.layout.leases(name), owner=self.owner, heartbeat=self.timing.heartbeat)
         try:
             while True:
-                hit = self._open_hit(name)
+                hit = open_hit(self.layout, name)
                 if isinstance(hit, io.FileIO):
                     self._count("hits", url)
-                    return cast(BinaryIO, _LeasedFile(hit, lease)), data
+                    return cast(BinaryIO, LeasedFile(hit, lease)), data
                 lock = ShardLock(self.layout.lock(name), owner=self.owner, timing=self.timing)
                 # Wait for the lock, or for the file to appear (unless the file there is corrupt).
-                until = None if isinstance(hit, _Corrupt) else (lambda: os.path.exists(data))
+                until = None if isinstance(hit, Corrupt) else (lambda: os.path.exists(data))
                 got = lock.acquire(until=until)
                 self._note_lock(lock)
                 if got:
@@ -243,14 +198,8 @@ class ShardCache:
 
     def evict(self, incoming: int = 0) -> list[str]:
         """Run an eviction pass now (only with a size limit); returns the names removed."""
-        if self.cache_size is None:
-            return []
-        lock = ShardLock(self.layout.evict_lock, owner=self.owner, timing=self.timing)
-        lock.acquire()
-        try:
-            return self._evict_locked(incoming)
-        finally:
-            lock.release()
+        evictor = self._evictor()
+        return [] if evictor is None else evictor.run(incoming)
 
     # -- internals --------------------------------------------------------------------------------
 
@@ -287,244 +236,41 @@ class ShardCache:
         if lock.takeovers:
             self._stats.add(stale_takeovers=lock.takeovers)
 
-    def _read_meta(self, name: str) -> dict[str, Any] | None:
-        try:
-            with open(self.layout.meta(name), "rb") as f:
-                meta: dict[str, Any] = json.load(f)
-            return meta
-        except (FileNotFoundError, ValueError):
+    def _evictor(self) -> Evictor | None:
+        if self.cache_size is None:
             return None
+        return Evictor(self.layout, self.cache_size, self.owner, self.timing, self._stats)
 
-    def _open_hit(self, name: str) -> io.FileIO | _Corrupt | None:
-        path = self.layout.data(name)
-        try:
-            file = io.FileIO(path, "rb")
-        except FileNotFoundError:
-            return None
-        size = os.fstat(file.fileno()).st_size
-        meta = self._read_meta(name)
-        expected = meta.get("size") if meta else None
-        if isinstance(expected, int) and size != expected:
-            file.close()
-            return _Corrupt(f"size {size} bytes, expected {expected}")
-        with contextlib.suppress(OSError):
-            os.utime(path)  # last use, for LRU eviction
-        return file
+    def _filler(self) -> Filler:
+        return Filler(
+            layout=self.layout,
+            owner=self.owner,
+            stats=self._stats,
+            count=self._count,
+            storage_options=self.storage_options,
+            allow_pipe=self.allow_pipe,
+            verify_etag=self.verify_etag,
+            evictor=self._evictor(),
+        )
 
     def _locked_open(self, url: str, name: str, lock: ShardLock, lease: Lease) -> tuple[BinaryIO, str | None]:
         """With the entry's lock held: re-check, repair, or start the fill (which owns the lock)."""
         path = self.layout.data(name)
         try:
-            hit = self._open_hit(name)
+            hit = open_hit(self.layout, name)
             if isinstance(hit, io.FileIO):
                 lock.release()
                 self._count("hits", url)
-                return cast(BinaryIO, _LeasedFile(hit, lease)), path
-            if isinstance(hit, _Corrupt):
-                log.warning(
-                    "cached shard %s for %s is corrupt (%s): removing it and fetching it again",
-                    path,
-                    redact_url(url),
-                    hit.reason,
-                )
-                remove_quietly(path)
-                remove_quietly(self.layout.meta(name))
-                self._stats.add(corrupt=1)
-            self._clean_temps(name)
-            return self._start_fill(url, name, lock, lease)
+                return cast(BinaryIO, LeasedFile(hit, lease)), path
+            if isinstance(hit, Corrupt):
+                remove_corrupt(self.layout, name, url, hit, self._stats)
+            filler = self._filler()
+            filler.clean_temps(name, self.timing.stale_after)
+            return filler.start(url, name, lock, lease)
         except BaseException:
             if lock.held:
                 lock.release()
             raise
-
-    def _clean_temps(self, name: str) -> None:
-        tmp = self.layout.tmp(name, self.owner)
-        directory, prefix = os.path.dirname(tmp), os.path.basename(self.layout.data(name)) + "~"
-        try:
-            candidates = [os.path.join(directory, f) for f in os.listdir(directory) if f.startswith(prefix)]
-        except FileNotFoundError:
-            return
-        for path in eviction.stale_temps(
-            self.layout, candidates, owner=self.owner, stale_after=self.timing.stale_after, lock_held=True
-        ):
-            if remove_quietly(path):
-                log.info("cache: removed leftover temp file %s of a dead process", path)
-                self._stats.add(temp_cleaned=1)
-
-    def _start_fill(self, url: str, name: str, lock: ShardLock, lease: Lease) -> tuple[BinaryIO, str | None]:
-        src = open_url(url, storage_options=self.storage_options, allow_pipe=self.allow_pipe)
-        try:
-            expected: int | None = getattr(src, "size", None)
-            etag: str | None = getattr(src, "etag", None)
-            if expected is None:
-                try:
-                    info = stat_url(url, storage_options=self.storage_options)
-                    expected, etag = info.size, etag or info.etag
-                except Exception as exc:  # pipes and some servers cannot tell: size unchecked
-                    log.debug("cache: no size for %s (%s); download not size-checked", redact_url(url), exc)
-            if self.cache_size is not None and expected is not None and expected > self.cache_size:
-                log.warning(
-                    "shard %s (%d bytes) is larger than cache_size=%d: reading it without caching; "
-                    "raise cache_size to cache it",
-                    redact_url(url),
-                    expected,
-                    self.cache_size,
-                )
-                lock.release()
-                lease.release()
-                self._count("uncached", url)
-                return src, None
-            tmp, fd = self._reserve(name, expected)
-        except BaseException:
-            src.close()
-            raise
-        self._count("misses", url)
-        log.info("cache fill %s -> %s size=%s", redact_url(url), self.layout.data(name), expected)
-        started = time.monotonic()
-
-        def finish(written: int, md5: str | None) -> None:
-            try:
-                self._publish(url, name, tmp, written, md5, expected, etag, started)
-            finally:
-                lock.release()
-
-        def cleanup() -> None:
-            remove_quietly(tmp)
-            if lock.held:
-                lock.release()
-
-        md5 = self.verify_etag and etag is not None and _MD5_ETAG.match(etag) is not None
-        try:
-            fill = Fill(src, fd, label=name, finish=finish, cleanup=cleanup, md5=md5)
-            reader = TeeReader(fill, tmp, lease.release)
-        except BaseException:
-            os.close(fd)
-            src.close()
-            remove_quietly(tmp)
-            raise
-        fill.start()
-        return cast(BinaryIO, reader), self.layout.data(name)
-
-    def _reserve(self, name: str, expected: int | None) -> tuple[str, int]:
-        """Create the temp file; with a size limit, evict first and reserve ``expected`` bytes."""
-        tmp = self.layout.tmp(name, self.owner)
-        os.makedirs(os.path.dirname(tmp), exist_ok=True)
-        if self.cache_size is None:
-            return tmp, os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        evict_lock = ShardLock(self.layout.evict_lock, owner=self.owner, timing=self.timing)
-        evict_lock.acquire()
-        try:
-            self._evict_locked(expected or 0)
-            fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            if expected:
-                # A sparse reservation: other processes' eviction passes count it as in use.
-                os.ftruncate(fd, expected)
-            return tmp, fd
-        finally:
-            evict_lock.release()
-
-    def _evict_locked(self, incoming: int) -> list[str]:
-        assert self.cache_size is not None
-        owner, stale = self.owner, self.timing.stale_after
-        entries, reserved = eviction.scan(self.layout, owner=owner, stale_after=stale)
-        removed: list[str] = []
-        while True:
-            victims = eviction.plan_eviction(entries, self.cache_size, incoming + reserved)
-            if not victims:
-                return removed
-            for victim in victims:
-                if not self._evict_one(victim):
-                    # Became busy since the scan: mark it and plan again (never over-evict).
-                    entries = [
-                        e if e.name != victim.name else eviction.Entry(e.name, e.size, e.last_used, True)
-                        for e in entries
-                    ]
-                    break
-                removed.append(victim.name)
-                entries = [e for e in entries if e.name != victim.name]
-            else:
-                total = sum(e.size for e in entries) + incoming + reserved
-                if total > self.cache_size:
-                    log.warning(
-                        "cache %s stays over cache_size=%d (%d bytes): the remaining entries are in use",
-                        self.cache_dir,
-                        self.cache_size,
-                        total,
-                    )
-                return removed
-
-    def _evict_one(self, entry: eviction.Entry) -> bool:
-        lock = ShardLock(self.layout.lock(entry.name), owner=self.owner, timing=self.timing)
-        if not lock.try_acquire():
-            return False
-        try:
-            leases = self.layout.leases(entry.name)
-            if live_leases(leases, owner=self.owner, stale_after=self.timing.stale_after):
-                return False
-            remove_quietly(self.layout.data(entry.name))
-            remove_quietly(self.layout.meta(entry.name))
-        finally:
-            lock.release()
-        self._stats.add(evictions=1, evicted_bytes=entry.size)
-        log.debug(
-            "cache evicted %s (%d bytes, last used %.0fs ago)",
-            entry.name,
-            entry.size,
-            time.time() - entry.last_used,
-        )
-        return True
-
-    def _publish(
-        self,
-        url: str,
-        name: str,
-        tmp: str,
-        written: int,
-        md5: str | None,
-        expected: int | None,
-        etag: str | None,
-        started: float,
-    ) -> None:
-        """Verify a finished download and rename it into place (raises on bad data)."""
-        if expected is not None and written != expected:
-            raise CacheError(
-                f"download of {redact_url(url)} gave {written} bytes, but the source announced "
-                f"{expected}: the connection was cut or the object changed while it was read. It "
-                "was not cached; read the shard again."
-            )
-        if md5 is not None and etag is not None:
-            want = _MD5_ETAG.match(etag)
-            if want is not None and want.group(1).lower() != md5:
-                raise CacheError(
-                    f"download of {redact_url(url)} has MD5 {md5}, but its ETag is {etag}: the data "
-                    "was corrupted in transit, or the ETag is not an MD5 (SSE-KMS or multipart "
-                    "objects). It was not cached; pass verify_etag=False for such buckets."
-                )
-        meta_path = self.layout.meta(name)
-        os.makedirs(os.path.dirname(meta_path), exist_ok=True)
-        meta = {"url": redact_url(url), "size": written, "etag": etag, "fetched": time.time()}
-        meta_tmp = f"{meta_path}~{self.owner.tag()}.new"
-        data = self.layout.data(name)
-        try:
-            with open(meta_tmp, "w") as f:
-                json.dump(meta, f)
-            os.replace(meta_tmp, meta_path)
-            os.makedirs(os.path.dirname(data), exist_ok=True)
-            os.replace(tmp, data)
-        except OSError as exc:
-            remove_quietly(meta_tmp)
-            remove_quietly(tmp)
-            # The reader already has every byte; only the cache entry is lost.
-            log.warning("cache: could not publish %s as %s: %s", redact_url(url), data, exc)
-            return
-        self._stats.add(bytes_fetched=written)
-        log.info(
-            "cache filled %s -> %s bytes=%d seconds=%.3f",
-            redact_url(url),
-            data,
-            written,
-            time.monotonic() - started,
-        )
 
 
 def make_cache_opener(

@@ -1,0 +1,186 @@
+"""The fill path of a miss: clean leftovers, reserve, stream into a temp file, verify, publish.
+
+With the entry's lock held, :meth:`Filler.start` opens the source, learns its size (and ETag),
+reserves the space (through the :class:`~._evict_pass.Evictor` when there is a size limit) and
+starts a :class:`~._tee.Fill` copying into a uniquely named temp file, with a
+:class:`~._tee.TeeReader` for this process following it. After the last byte the size (and,
+opted in, the MD5 against an S3-style ETag) is checked, the metadata record is written, and the
+temp file is renamed to the published name; only then is the lock released. A shard larger than
+the whole cache is read uncached.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, BinaryIO, cast
+
+from ..errors import CacheError, redact_url
+from ..sources import open_url, stat_url
+from . import eviction
+from ._evict_pass import Evictor
+from ._layout import Layout
+from ._owner import Owner, remove_quietly
+from ._tee import Fill, TeeReader
+from .lease import Lease
+from .lock import ShardLock
+from .stats import CacheStats
+
+__all__ = ["Filler"]
+
+log = logging.getLogger("shardstream.cache")
+
+_MD5_ETAG = re.compile(r'^"?([0-9a-fA-F]{32})"?$')
+
+
+@dataclass(frozen=True)
+class Filler:
+    """Fills entries of the cache at ``layout`` as ``owner``; ``evictor`` is ``None`` without a limit.
+
+    ``count(event, url)`` counts a ``misses`` or ``uncached`` event.
+    """
+
+    layout: Layout
+    owner: Owner
+    stats: CacheStats
+    count: Callable[[str, str], None]
+    storage_options: Mapping[str, Any]
+    allow_pipe: bool
+    verify_etag: bool
+    evictor: Evictor | None
+
+    def clean_temps(self, name: str, stale_after: float) -> None:
+        """Remove temp files of ``name`` left by dead processes (the entry's lock is held)."""
+        tmp = self.layout.tmp(name, self.owner)
+        directory, prefix = os.path.dirname(tmp), os.path.basename(self.layout.data(name)) + "~"
+        try:
+            candidates = [os.path.join(directory, f) for f in os.listdir(directory) if f.startswith(prefix)]
+        except FileNotFoundError:
+            return
+        for path in eviction.stale_temps(
+            self.layout, candidates, owner=self.owner, stale_after=stale_after, lock_held=True
+        ):
+            if remove_quietly(path):
+                log.info("cache: removed leftover temp file %s of a dead process", path)
+                self.stats.add(temp_cleaned=1)
+
+    def start(self, url: str, name: str, lock: ShardLock, lease: Lease) -> tuple[BinaryIO, str | None]:
+        """Start filling ``name`` from ``url``; the fill releases ``lock`` when it is done."""
+        cache_size = None if self.evictor is None else self.evictor.limit
+        src = open_url(url, storage_options=self.storage_options, allow_pipe=self.allow_pipe)
+        try:
+            expected: int | None = getattr(src, "size", None)
+            etag: str | None = getattr(src, "etag", None)
+            if expected is None:
+                try:
+                    info = stat_url(url, storage_options=self.storage_options)
+                    expected, etag = info.size, etag or info.etag
+                except Exception as exc:  # pipes and some servers cannot tell: size unchecked
+                    log.debug("cache: no size for %s (%s); download not size-checked", redact_url(url), exc)
+            if cache_size is not None and expected is not None and expected > cache_size:
+                log.warning(
+                    "shard %s (%d bytes) is larger than cache_size=%d: reading it without caching; "
+                    "raise cache_size to cache it",
+                    redact_url(url),
+                    expected,
+                    cache_size,
+                )
+                lock.release()
+                lease.release()
+                self.count("uncached", url)
+                return src, None
+            tmp, fd = self._reserve(name, expected)
+        except BaseException:
+            src.close()
+            raise
+        self.count("misses", url)
+        log.info("cache fill %s -> %s size=%s", redact_url(url), self.layout.data(name), expected)
+        started = time.monotonic()
+
+        def finish(written: int, md5: str | None) -> None:
+            try:
+                self._publish(url, name, tmp, written, md5, expected, etag, started)
+            finally:
+                lock.release()
+
+        def cleanup() -> None:
+            remove_quietly(tmp)
+            if lock.held:
+                lock.release()
+
+        md5 = self.verify_etag and etag is not None and _MD5_ETAG.match(etag) is not None
+        try:
+            fill = Fill(src, fd, label=name, finish=finish, cleanup=cleanup, md5=md5)
+            reader = TeeReader(fill, tmp, lease.release)
+        except BaseException:
+            os.close(fd)
+            src.close()
+            remove_quietly(tmp)
+            raise
+        fill.start()
+        return cast(BinaryIO, reader), self.layout.data(name)
+
+    def _reserve(self, name: str, expected: int | None) -> tuple[str, int]:
+        """Create the temp file; with a size limit, evict first and reserve ``expected`` bytes."""
+        tmp = self.layout.tmp(name, self.owner)
+        os.makedirs(os.path.dirname(tmp), exist_ok=True)
+        if self.evictor is None:
+            return tmp, os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        return tmp, self.evictor.reserve(tmp, expected)
+
+    def _publish(
+        self,
+        url: str,
+        name: str,
+        tmp: str,
+        written: int,
+        md5: str | None,
+        expected: int | None,
+        etag: str | None,
+        started: float,
+    ) -> None:
+        """Verify a finished download and rename it into place (raises on bad data)."""
+        if expected is not None and written != expected:
+            raise CacheError(
+                f"download of {redact_url(url)} gave {written} bytes, but the source announced "
+                f"{expected}: the connection was cut or the object changed while it was read. It "
+                "was not cached; read the shard again."
+            )
+        if md5 is not None and etag is not None:
+            want = _MD5_ETAG.match(etag)
+            if want is not None and want.group(1).lower() != md5:
+                raise CacheError(
+                    f"download of {redact_url(url)} has MD5 {md5}, but its ETag is {etag}: the data "
+                    "was corrupted in transit, or the ETag is not an MD5 (SSE-KMS or multipart "
+                    "objects). It was not cached; pass verify_etag=False for such buckets."
+                )
+        meta_path = self.layout.meta(name)
+        os.makedirs(os.path.dirname(meta_path), exist_ok=True)
+        meta = {"url": redact_url(url), "size": written, "etag": etag, "fetched": time.time()}
+        meta_tmp = f"{meta_path}~{self.owner.tag()}.new"
+        data = self.layout.data(name)
+        try:
+            with open(meta_tmp, "w") as f:
+                json.dump(meta, f)
+            os.replace(meta_tmp, meta_path)
+            os.makedirs(os.path.dirname(data), exist_ok=True)
+            os.replace(tmp, data)
+        except OSError as exc:
+            remove_quietly(meta_tmp)
+            remove_quietly(tmp)
+            # The reader already has every byte; only the cache entry is lost.
+            log.warning("cache: could not publish %s as %s: %s", redact_url(url), data, exc)
+            return
+        self.stats.add(bytes_fetched=written)
+        log.info(
+            "cache filled %s -> %s bytes=%d seconds=%.3f",
+            redact_url(url),
+            data,
+            written,
+            time.monotonic() - started,
+        )
