@@ -33,7 +33,7 @@ def _cached(root: Path) -> list[str]:
     # publishes the file a moment later.
     deadline = time.monotonic() + 5
     while True:
-        found = sorted(str(p.relative_to(root)) for p in root.rglob("*.tar"))
+        found = sorted(str(p.relative_to(root)) for p in root.rglob("*.tar") if p.is_file())
         if found or time.monotonic() > deadline or not root.exists():
             return found
         time.sleep(0.01)

@@ -140,3 +140,29 @@ def test_lost_lock_is_not_released_by_old_owner(tmp_path: Path) -> None:
     old.release()  # must not remove the new owner's lock
     assert path.exists()
     new.release()
+
+
+def test_leases_survive_concurrent_release_of_the_directory(tmp_path) -> None:
+    """Threads creating and releasing leases on one entry race on its directory: none may fail."""
+    import threading
+
+    from shardstream.cache._owner import Owner
+    from shardstream.cache.lease import Lease
+
+    owner = Owner.current()
+    directory = str(tmp_path / "lease" / "entry")
+    errors: list[BaseException] = []
+
+    def churn() -> None:
+        try:
+            for _ in range(300):
+                Lease(directory, owner=owner, heartbeat=60.0).release()
+        except BaseException as exc:  # noqa: BLE001 - collected and asserted below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=churn) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []

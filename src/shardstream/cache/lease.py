@@ -7,7 +7,6 @@ are judged exactly like locks (PID check on this host, heartbeat age elsewhere) 
 
 from __future__ import annotations
 
-import contextlib
 import os
 
 from . import _heartbeat
@@ -28,15 +27,13 @@ class Lease:
     def __init__(self, directory: str, *, owner: Owner, heartbeat: float) -> None:
         me = Owner(owner.host, owner.pid, owner.start, os.urandom(6).hex())
         self.path = os.path.join(directory, me.tag())
-        for attempt in range(5):
-            os.makedirs(directory, exist_ok=True)
-            try:
-                with open(self.path, "wb"):
-                    pass
-                break
-            except FileNotFoundError:  # the last other lease's release removed the directory
-                if attempt == 4:
-                    raise
+        # The lease directory is created once and never removed by release(): removing it when
+        # the last lease goes would race with another process creating its lease there (between
+        # makedirs and open, or inside makedirs). An empty directory costs one inode per entry
+        # and counts as "no live lease".
+        os.makedirs(directory, exist_ok=True)
+        with open(self.path, "wb"):
+            pass
         self._beat: _heartbeat.Beat | None = _heartbeat.register(self.path, heartbeat)
 
     def release(self) -> None:
@@ -45,8 +42,6 @@ class Lease:
         if beat is not None:
             _heartbeat.unregister(beat)
             remove_quietly(self.path)
-            with contextlib.suppress(OSError):
-                os.rmdir(os.path.dirname(self.path))  # only succeeds when it was the last lease
 
 
 def live_leases(directory: str, *, owner: Owner, stale_after: float) -> int:
