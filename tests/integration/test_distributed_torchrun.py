@@ -4,22 +4,16 @@ from __future__ import annotations
 
 import os
 import re
-import signal
-import socket
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).parent))
+from _procs import run_in_session  # noqa: E402
+from _servers import free_port  # noqa: E402
+
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "torchrun_ddp.py"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @pytest.mark.timeout(150)
@@ -38,22 +32,8 @@ def test_torchrun_two_ranks_equal_steps_every_epoch(tmp_path: Path) -> None:
         "--epochs",
         "2",
     ]
-    proc = subprocess.Popen(
-        cmd,
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        output, _ = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)  # torchrun and both ranks share this session
-            proc.wait(10)
-    assert proc.returncode == 0, output[-3000:]
+    returncode, output = run_in_session(cmd, cwd=tmp_path, env=env, timeout=120)
+    assert returncode == 0, output[-3000:]
     steps = sorted(re.findall(r"rank (\d) epoch (\d): (\d+) steps \(len\(loader\)=(\d+)\)", output))
     assert steps == [
         ("0", "0", "17", "17"),

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _procs import run_in_session  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "lightning_ddp.py"
 DEADLINE = 150.0
@@ -44,22 +45,8 @@ def test_lightning_ddp_two_cpu_processes_two_epochs(tmp_path: Path) -> None:
         "--report",
         str(report),
     ]
-    proc = subprocess.Popen(
-        cmd,
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        output, _ = proc.communicate(timeout=DEADLINE)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)  # the session holds Lightning's rank-1 process too
-            proc.wait(10)
-    assert proc.returncode == 0, output[-3000:]
+    returncode, output = run_in_session(cmd, cwd=tmp_path, env=env, timeout=DEADLINE)
+    assert returncode == 0, output[-3000:]
     result = json.loads(report.read_text())
     expected = sum((3, 40, 12, 25, 7, 33, 18)) // (2 * 4)  # 17 batches per rank per epoch
     assert result["world_size"] == 2

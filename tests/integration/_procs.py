@@ -1,0 +1,36 @@
+"""Run a command in its own session and kill the whole session if it outlives its deadline."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+
+def run_in_session(
+    cmd: Sequence[str], *, cwd: Path, env: Mapping[str, str], timeout: float
+) -> tuple[int, str]:
+    """Run ``cmd``; return ``(returncode, combined output)``.
+
+    The command gets a new session, so launchers that start more processes (torchrun's ranks,
+    Lightning's re-executed rank 1) are all killed by PID group if the deadline passes; the
+    ``TimeoutExpired`` then propagates and fails the test instead of hanging it.
+    """
+    proc = subprocess.Popen(
+        list(cmd),
+        cwd=cwd,
+        env=dict(env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+    return proc.returncode, output
