@@ -27,7 +27,6 @@ __all__ = [
     "env_value",
     "launcher_env",
     "parse_size",
-    "pick",
     "read_settings",
 ]
 
@@ -149,11 +148,6 @@ def read_settings(environ: Mapping[str, str] | None = None) -> Settings:
             "SHARDSTREAM_RETRY_DEADLINE", env_value("SHARDSTREAM_RETRY_DEADLINE", env), float, 300.0
         ),
     )
-
-
-def pick(explicit: object, env_default: object) -> object:
-    """Explicit argument if the caller passed one (anything but :data:`UNSET`), else the default."""
-    return env_default if explicit is UNSET else explicit
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from ..pipeline.base import pipelinefilter
 from ..pipeline.handlers import Handler, reraise_exception
 from ..sources import open_url
 from ..tar.grouping import group_samples, split_key
@@ -114,6 +113,3 @@ def group_by_keys(
         batch.append((item["fname"], item["data"], -1))
     if batch:
         yield from group_samples(batch, str(url), lcase=lcase, suffixes=suffixes)
-
-
-url_opener_stage = pipelinefilter(url_opener)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ..pipeline.base import PipelineStage
@@ -49,7 +48,3 @@ def is_iterable(obj: Any) -> bool:
     except TypeError:
         return False
     return True
-
-
-def _unused(src: Iterable[Any]) -> Iterator[Any]:  # pragma: no cover - keeps mypy's Iterator import used
-    return iter(src)

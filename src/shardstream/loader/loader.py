@@ -9,19 +9,12 @@ from typing import Any
 
 from torch.utils.data import DataLoader
 
+from .._malloc import tune_allocator
 from ..pipeline.fluent import FluidInterface, FluidWrapper
 
 __all__ = ["WebLoader"]
 
 log = logging.getLogger(__name__)
-
-
-def _tune_allocator() -> None:
-    try:
-        from .._malloc import tune_allocator
-    except ImportError:
-        return
-    tune_allocator()
 
 
 class _WorkerInit:
@@ -31,7 +24,7 @@ class _WorkerInit:
         self.user_fn = user_fn
 
     def __call__(self, worker_id: int) -> None:
-        _tune_allocator()
+        tune_allocator()
         if self.user_fn is not None:
             self.user_fn(worker_id)
 

@@ -19,7 +19,7 @@ import inspect
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from .handlers import Handler, reraise_exception
+from .handlers import Handler
 
 __all__ = ["FunctionStage", "Stage", "StageStats", "pipelinefilter", "PipelineStage"]
 
@@ -117,7 +117,3 @@ def pipelinefilter(f: Callable[..., Iterator[Any]]) -> Callable[..., FunctionSta
     except (TypeError, ValueError):
         pass
     return factory
-
-
-def apply_handler(handler: Handler | None) -> Handler:
-    return handler if handler is not None else reraise_exception

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
+from torch.utils.data import get_worker_info
 
 from .base import Stage
 
@@ -16,14 +17,6 @@ Collate = Callable[[list[Any]], Any]
 
 # Below this size per sample the shared-memory setup costs more than the copy it saves.
 _SHARED_MIN_BYTES = 4096
-
-
-def _in_dataloader_worker() -> bool:
-    try:
-        from torch.utils.data import get_worker_info
-    except ImportError:
-        return False
-    return get_worker_info() is not None
 
 
 def _stack_into_shared_tensor(values: list[np.ndarray[Any, Any]]) -> Any:
@@ -54,7 +47,7 @@ def _combine(values: list[Any], combine_tensors: bool, combine_scalars: bool) ->
                 first.dtype.kind in "biuf"
                 and first.nbytes >= _SHARED_MIN_BYTES
                 and all(v.shape == first.shape and v.dtype == first.dtype for v in values)
-                and _in_dataloader_worker()
+                and get_worker_info() is not None  # inside a DataLoader worker
             ):
                 return _stack_into_shared_tensor(values)
             return np.stack(values)

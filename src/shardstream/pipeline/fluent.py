@@ -13,9 +13,10 @@ from ..config import UNSET, Unset, parse_size, read_settings
 from ..errors import ConfigurationError
 from ..shards.balance import PlannedSamples
 from ..shards.counts import CountSource
+from ..shards.plan import epoch_order
 from ..shards.spec import ResampledShards, SimpleShardList, expand_urls
 from ..shards.split import single_node_only, split_by_worker
-from ..shards.world import World, derive_seed
+from ..shards.world import World
 from ..tar.samples import Opener, TarSamples
 from . import batch, extra, fields
 from . import mapping as map_stages
@@ -113,11 +114,9 @@ class ShardShuffle(Stage):
         self.seed = seed
 
     def run(self, src: Iterator[Any]) -> Iterator[Any]:
-        import random
 
         shards = list(src)
-        random.Random(derive_seed(self.seed, "shards", self.epoch)).shuffle(shards)
-        return iter(shards)
+        return iter([shards[i] for i in epoch_order(len(shards), self.epoch, self.seed, shuffle=True)])
 
 
 _END = object()

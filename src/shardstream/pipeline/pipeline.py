@@ -19,6 +19,13 @@ __all__ = ["DataPipeline"]
 log = logging.getLogger(__name__)
 
 
+def _close(it: object) -> None:
+    """Close an iterator now if it can be closed (generators can; islice, filter cannot)."""
+    close = getattr(it, "close", None)
+    if close is not None:
+        close()
+
+
 def _is_source(obj: Any) -> bool:
     return isinstance(obj, Iterable) and not isinstance(obj, (Stage, DataPipeline))
 
@@ -137,9 +144,7 @@ class DataPipeline(IterableDataset):  # type: ignore[type-arg]
             yield from last
         finally:
             for it in reversed(built):
-                close = getattr(it, "close", None)
-                if close is not None:
-                    close()
+                _close(it)
 
     def __iter__(self) -> Iterator[Any]:
         inner: Iterator[Any]
@@ -148,29 +153,26 @@ class DataPipeline(IterableDataset):  # type: ignore[type-arg]
             # epochs (restarting the source, with the next epoch's shard order, when it ends).
             if self._continuing is None:
                 self._continuing = self._endless()
-            window = self._window(self._continuing, self.nsamples)
+            window = self._take(self._continuing, self.nsamples, close_stream=False)
             self._running.add(window)
             return window
         inner = self.iterator1() if self.repetitions == 1 else self._repeat_passes()
         if self.nsamples > 0:
-            inner = self._guarded(itertools.islice(inner, self.nsamples), inner)
+            inner = self._take(inner, self.nsamples, close_stream=True)
         self._running.add(inner)
         return inner
 
     @staticmethod
-    def _window(stream: Iterator[Any], n: int) -> Iterator[Any]:
-        # A generator (not a bare islice) so the epoch's iterator can be tracked and closed.
-        yield from itertools.islice(stream, n)
-
-    def _guarded(self, outer: Iterator[Any], inner: Iterator[Any]) -> Iterator[Any]:
-        # islice has no close(): this generator closes the chain under it when it is closed or
-        # ends, so a truncated epoch releases its streams without waiting for the GC.
+    def _take(stream: Iterator[Any], n: int, *, close_stream: bool) -> Iterator[Any]:
+        """The next ``n`` items of ``stream``, as a generator (islice has no close(), so the
+        epoch's iterator could not be tracked and closed). ``close_stream`` closes the chain
+        underneath when this window ends or is closed, so a truncated epoch releases its
+        streams at once; with_epoch() leaves its continuing stream open for the next epoch."""
         try:
-            yield from outer
+            yield from itertools.islice(stream, n)
         finally:
-            close = getattr(inner, "close", None)
-            if close is not None:
-                close()
+            if close_stream:
+                _close(stream)
 
     def _repeat_passes(self, passes: int | None = None) -> Iterator[Any]:
         """``passes`` passes over the source (default ``self.repetitions``); stops at an empty one."""
@@ -239,9 +241,7 @@ class DataPipeline(IterableDataset):  # type: ignore[type-arg]
             running.append(self._continuing)
             self._continuing = None
         for it in running:
-            close = getattr(it, "close", None)
-            if close is not None:
-                close()
+            _close(it)
         for step in self.pipeline:
             if hasattr(step, "close") and step is not self:
                 step.close()

@@ -55,7 +55,6 @@ class TarSamples(Stage):
         self.allow_pipe = allow_pipe
         self.opener = opener
         self.blocksize = blocksize
-        self.shards_read = 0
 
     def open(self, url: str) -> tuple[BinaryIO, str | None]:
         if self.opener is not None:
@@ -83,7 +82,6 @@ class TarSamples(Stage):
                     select_files=self.select_files,
                     rename_files=self.rename_files,
                 )
-                self.shards_read += 1
             except Exception as exn:
                 if self.handle(self.handler, exn):
                     continue
