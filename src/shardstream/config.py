@@ -68,9 +68,14 @@ UNSET: Final = _Unset()
 Unset = _Unset
 
 
+_warned: set[str] = set()
+
+
 def _warn_unknown(environ: Mapping[str, str]) -> None:
+    # Settings are read every epoch; warn about a given unknown name once per process.
     for name in environ:
-        if name.startswith(PREFIX) and name not in VARIABLES:
+        if name.startswith(PREFIX) and name not in VARIABLES and name not in _warned:
+            _warned.add(name)
             log.warning("unknown environment variable %s ignored; known: %s", name, ", ".join(VARIABLES))
 
 
