@@ -75,7 +75,7 @@ from .pipeline.extra import (
 )
 from .pipeline.fields import extract_keys, getfirst, rename, rename_keys, to_tuple
 from .pipeline.fluent import FluidInterface, FluidWrapper, WebDataset, check_empty
-from .pipeline.handlers import (
+from .handlers import (
     ignore_and_continue,
     ignore_and_stop,
     reraise_exception,

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..config import read_settings
 from ..errors import CacheError, ConfigurationError, SourceError, redact_url
-from ..pipeline.handlers import reraise_exception
+from ..handlers import reraise_exception
 from ..sources import open_url, scheme_of
 from ..sources.file import local_path
 from ._owner import Owner, remove_quietly

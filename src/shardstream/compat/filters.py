@@ -5,7 +5,7 @@ from ..pipeline.batch import batched, default_collation_fn, listed, unbatched, u
 from ..pipeline.decode import decode
 from ..pipeline.extra import associate, info, rsample, slice
 from ..pipeline.fields import extract_keys, getfirst, rename, rename_keys, to_tuple
-from ..pipeline.handlers import reraise_exception
+from ..handlers import reraise_exception
 from ..pipeline.mapping import map, map_dict, map_tuple, select, transform_with
 from ..pipeline.shuffle import detshuffle, shuffle
 

@@ -1,6 +1,6 @@
 """WebDataset-compatible ``handlers`` namespace (thin re-exports)."""
 
-from ..pipeline.handlers import (
+from ..handlers import (
     ignore_and_continue,
     ignore_and_stop,
     reraise_exception,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from ..pipeline.handlers import Handler, reraise_exception
+from ..handlers import Handler, reraise_exception
 from ..sources import open_url
 from ..tar.grouping import group_samples, split_key
 from ..tar.reader import iter_members

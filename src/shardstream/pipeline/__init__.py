@@ -4,7 +4,7 @@ from .base import FunctionStage, PipelineStage, Stage, StageStats, pipelinefilte
 from .batch import batched, default_collation_fn, listed, unbatched, unlisted
 from .decode import decode
 from .fields import extract_keys, getfirst, rename, rename_keys, to_tuple
-from .handlers import (
+from ..handlers import (
     ignore_and_continue,
     ignore_and_stop,
     reraise_exception,

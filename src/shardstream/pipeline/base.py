@@ -19,7 +19,7 @@ import inspect
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from .handlers import Handler
+from ..handlers import Handler
 
 __all__ = ["FunctionStage", "Stage", "StageStats", "pipelinefilter", "PipelineStage"]
 

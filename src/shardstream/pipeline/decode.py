@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from .base import Stage
-from .handlers import Handler, reraise_exception
+from ..handlers import Handler, reraise_exception
 
 __all__ = ["Decode", "decode"]
 

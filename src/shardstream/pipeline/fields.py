@@ -8,7 +8,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from .base import Stage
-from .handlers import Handler, reraise_exception
+from ..handlers import Handler, reraise_exception
 
 __all__ = ["Rename", "ToTuple", "extract_keys", "getfirst", "rename", "rename_keys", "to_tuple"]
 

@@ -22,7 +22,7 @@ from . import batch, extra, fields
 from . import mapping as map_stages
 from .base import Stage
 from .decode import Decode
-from .handlers import Handler, reraise_exception
+from ..handlers import Handler, reraise_exception
 from .pipeline import DataPipeline
 from .shuffle import Shuffle
 

@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from .base import Stage
-from .handlers import Handler, reraise_exception
+from ..handlers import Handler, reraise_exception
 
 __all__ = ["Map", "MapDict", "MapTuple", "Select", "map", "map_dict", "map_tuple", "select", "transform_with"]
 

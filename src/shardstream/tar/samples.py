@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, BinaryIO
 
 from ..pipeline.base import Stage
-from ..pipeline.handlers import Handler, reraise_exception
+from ..handlers import Handler, reraise_exception
 from ..sources import open_url, scheme_of
 from ..sources.file import local_path
 from .grouping import group_samples
