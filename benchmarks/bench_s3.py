@@ -98,7 +98,7 @@ def cases(
 ) -> list[tuple[str, Callable[[], int]]]:
     import webdataset
 
-    from shardstream.pipeline.fluent import WebDataset
+    from shardstream.compat import WebDataset
 
     ep = server.endpoint_url
     options = server.storage_options

@@ -59,7 +59,7 @@ def _count_batched(iterable: Any) -> int:
 def raw_cases(urls: list[str]) -> list[tuple[str, Callable[[], int]]]:
     import webdataset
 
-    from shardstream.pipeline.fluent import WebDataset
+    from shardstream.compat import WebDataset
 
     return [
         ("shardstream", lambda: _count(WebDataset(urls, shardshuffle=False))),
@@ -70,8 +70,8 @@ def raw_cases(urls: list[str]) -> list[tuple[str, Callable[[], int]]]:
 def decode_cases(urls: list[str], workers: int) -> list[tuple[str, Callable[[], int]]]:
     import webdataset
 
+    from shardstream.compat import WebDataset
     from shardstream.loader import WebLoader
-    from shardstream.pipeline.fluent import WebDataset
 
     def ours() -> int:
         ds = WebDataset(urls, shardshuffle=False).decode("rgb8").to_tuple("jpg", "cls")

@@ -8,7 +8,8 @@ clauses written for WebDataset keep working::
     ├── DecodingError (ValueError)           a member could not be decoded
     ├── UnsafeOperationError (PermissionError)  pickle decoding or pipe: used without opting in
     ├── ConfigurationError (ValueError)      bad argument or spec; the message says the fix
-    │   └── SplitError                       fewer shards than ranks x workers, and similar
+    │   ├── SplitError                       fewer shards than ranks x workers, and similar
+    │   └── StateError                       a saved state cannot be restored (mismatch, unsupported stage)
     ├── SourceError (OSError)                opening or reading a URL failed
     │   ├── ShardNotFoundError (FileNotFoundError)  404 / missing file / unknown bucket
     │   ├── AccessDeniedError (PermissionError)     401 / 403 / bad credentials
@@ -39,6 +40,7 @@ __all__ = [
     "ShardStreamError",
     "SourceError",
     "SplitError",
+    "StateError",
     "TransientSourceError",
     "UnsafeOperationError",
     "redact_url",
@@ -108,6 +110,11 @@ class ConfigurationError(ShardStreamError, ValueError):
 
 class SplitError(ConfigurationError):
     """Shards cannot be split over the ranks and workers as requested."""
+
+
+class StateError(ConfigurationError):
+    """A pipeline state cannot be saved or restored: it was taken from a different pipeline
+    (shards, seed, batch size, split mode, world size), or a stage cannot report its position."""
 
 
 class SourceError(ShardStreamError, OSError):

@@ -1,4 +1,6 @@
-"""Error policies (a base-layer module: sources, formats and stages all take one): what a stage does when processing one item raises.
+"""Error policies: what a stage does when processing one item raises.
+
+A base-layer module: sources, formats and stages all take a policy.
 
 A handler is called with the exception and returns True to skip the item and go on, False to
 stop the stream quietly, or re-raises. WebDataset's names are kept. The warning handlers use

@@ -8,7 +8,8 @@ packages can reuse them outside pytest.
   benchmarks) starts ``weed server -s3`` in its own process group with two credentialed
   identities and an anonymous read-only bucket.
 * :class:`HTTPFileServer` serves a directory with ``Range``/``HEAD``/``ETag`` support, counts
-  requests per path and can be told to fail the next N requests of a path with a status.
+  requests per path, records the ``Range`` header of each GET and can be told to fail the next N
+  requests of a path with a status.
 * :class:`FaultProxy` forwards TCP to an upstream and can cut a connection after N response bytes
   or stall it; it also parses the HTTP requests it forwards and counts them per (method, path).
 """
@@ -64,6 +65,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         key = urllib.parse.urlsplit(self.path).path
         with srv.lock:
             srv.requests[(self.command, key)] += 1
+            if self.command == "GET":
+                srv.ranges[key].append(self.headers.get("Range"))
             forced = srv.failures.get(key)
             if forced and forced[1] > 0:
                 srv.failures[key] = (forced[0], forced[1] - 1)
@@ -123,6 +126,7 @@ class _CountingHTTPServer(http.server.ThreadingHTTPServer):
     daemon_threads = True
     root: Path
     requests: collections.Counter[tuple[str, str]]
+    ranges: collections.defaultdict[str, list[str | None]]
     failures: dict[str, tuple[int, int]]
     lock: threading.Lock
 
@@ -136,6 +140,7 @@ class HTTPFileServer:
     Attributes:
         url: base URL, e.g. ``http://127.0.0.1:PORT``; ``url_for("a/b.tar")`` builds file URLs.
         requests: ``Counter`` of ``(method, path)`` -> number of requests received.
+        ranges: path -> the ``Range`` header of each GET of it, in order (``None``: no header).
     """
 
     def __init__(self, root: Path | str) -> None:
@@ -143,6 +148,7 @@ class HTTPFileServer:
         self._server = _CountingHTTPServer((LOOPBACK, 0), _Handler)
         self._server.root = self.root
         self._server.requests = collections.Counter()
+        self._server.ranges = collections.defaultdict(list)
         self._server.failures = {}
         self._server.lock = threading.Lock()
         self.port: int = self._server.server_address[1]
@@ -155,6 +161,15 @@ class HTTPFileServer:
     def requests(self) -> collections.Counter[tuple[str, str]]:
         return self._server.requests
 
+    @property
+    def ranges(self) -> collections.defaultdict[str, list[str | None]]:
+        return self._server.ranges
+
+    def range_headers(self, path: str) -> list[str | None]:
+        """The ``Range`` header of each GET of ``path`` so far (``None`` where there was none)."""
+        with self._server.lock:
+            return list(self._server.ranges["/" + path.lstrip("/")])
+
     def gets(self, path: str) -> int:
         """Number of GET requests received for ``path`` (leading ``/`` optional)."""
         return self._server.requests[("GET", "/" + path.lstrip("/"))]
@@ -162,6 +177,7 @@ class HTTPFileServer:
     def reset_counts(self) -> None:
         with self._server.lock:
             self._server.requests.clear()
+            self._server.ranges.clear()
 
     def fail(self, path: str, status: int, times: int = 1) -> None:
         """Answer the next ``times`` requests for ``path`` with ``status``."""
@@ -297,6 +313,15 @@ class FaultProxy:
         """Client connections currently open through the proxy."""
         with self._lock:
             return len(self._socks) // 2
+
+    @property
+    def ranges(self) -> collections.defaultdict[str, list[str | None]]:
+        return self._server.ranges
+
+    def range_headers(self, path: str) -> list[str | None]:
+        """The ``Range`` header of each GET of ``path`` so far (``None`` where there was none)."""
+        with self._server.lock:
+            return list(self._server.ranges["/" + path.lstrip("/")])
 
     def gets(self, path: str) -> int:
         """Number of GET requests forwarded for ``path``."""

@@ -9,7 +9,8 @@ Fixtures:
         ``.public_bucket`` (anonymous read).
     s3_bucket: a fresh, empty bucket name on ``s3_server`` for one test.
     http_server: a running :class:`HTTPFileServer` over a temp dir (session). ``.write(path,
-        data) -> url``, ``.url_for(path)``, ``.gets(path)``, ``.requests``, ``.fail(path, status, times)``.
+        data) -> url``, ``.url_for(path)``, ``.gets(path)``, ``.requests``, ``.range_headers(path)``,
+        ``.fail(path, status, times)``.
     fault_proxy: a factory ``fault_proxy(upstream_url) -> FaultProxy`` (started; stopped after the
         test). ``.url``, ``.plan(Cut(n), Stall(n, s), None, ...)``, ``.connections``, ``.gets(path)``.
 

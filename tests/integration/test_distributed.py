@@ -55,9 +55,9 @@ def rank_main(
     import torch
     import torch.distributed as dist
 
+    from shardstream.compat import WebDataset
     from shardstream.loader.loader import WebLoader
-    from shardstream.pipeline.fluent import WebDataset
-    from shardstream.shards.split import split_by_node
+    from shardstream.pipeline.shardlists import split_by_node
 
     dist.init_process_group(
         "gloo",
@@ -96,7 +96,8 @@ def rank_main(
             dist.all_reduce(counts, op=dist.ReduceOp.MAX)
             if int(counts.item()) != batches:
                 raise RuntimeError(f"rank {rank} had {batches} batches, another rank {int(counts.item())}")
-            order = dataset._planned.plan(epoch=epoch).order if dataset._planned is not None else ()
+            world = dataset.context(epoch).world
+            order = dataset.planned.plan(epoch, world).order if dataset.planned is not None else ()
             report["epochs"].append({"batches": batches, "keys": keys, "pads": pads, "order": list(order)})
         loader.close()
         Path(out).write_text(json.dumps(report))

@@ -194,3 +194,43 @@ def test_connection_is_reused_after_full_read(http_server: HTTPFileServer, fault
         with open_url(f"{proxy.url}/reuse/{i}.tar") as stream:
             stream.read()
     assert proxy.connections == 1
+
+
+def test_ranged_read_sends_a_bounded_range_and_resumes_within_it(
+    http_server: HTTPFileServer, fault_proxy: ProxyFactory
+) -> None:
+    data = _data(200_000, seed=13)
+    path = "range/a.tar"
+    http_server.write(path, data)
+    proxy = fault_proxy(http_server.url)
+    proxy.plan(Cut(3_000), Cut(20_000), Cut(50_000))  # three cuts inside the range's responses
+    offset, length = 10_000, 100_000
+    with open_url(f"{proxy.url}/{path}", offset=offset, length=length, storage_options=FAST) as stream:
+        got = _read_all(stream, 7919)
+        retries = stream.retries  # type: ignore[attr-defined]
+    assert got == data[offset : offset + length]
+    headers = http_server.range_headers(path)
+    assert retries == 3 and len(headers) == 4
+    assert headers[0] == "bytes=10000-109999"
+    starts = [int(h[len("bytes=") :].split("-")[0]) for h in headers if h]
+    assert all(h is not None and h.endswith("-109999") for h in headers)  # never past the range
+    assert starts == sorted(starts) and len(set(starts)) == 4
+
+
+def test_range_at_or_past_the_end_is_empty(http_server: HTTPFileServer) -> None:
+    url = http_server.write("range/end.tar", b"x" * 1000)
+    for offset in (1000, 5000):
+        with open_url(url, offset=offset) as stream:
+            assert stream.read() == b""
+        with open_url(url, offset=offset, length=10) as stream:
+            assert stream.read() == b""
+    with open_url(url, offset=990, length=100) as stream:
+        assert stream.read() == b"x" * 10
+
+
+def test_ranged_open_logs_the_length(http_server: HTTPFileServer, caplog: pytest.LogCaptureFixture) -> None:
+    url = http_server.write("range/logged.tar", b"x" * 1000)
+    with caplog.at_level(logging.INFO, logger="shardstream"), open_url(url, offset=5, length=10) as stream:
+        assert stream.read() == b"x" * 10
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith("shardstream")]
+    assert lines == [f"open {url} offset=5 size=1000 length=10"]

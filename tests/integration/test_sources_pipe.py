@@ -61,6 +61,20 @@ def test_read_to_end_and_offset(big_file: Path) -> None:
     assert _wait_no_children() == []
 
 
+def test_ranged_read_skips_then_stops(big_file: Path) -> None:
+    data = big_file.read_bytes()
+    # The command fails after its output: a range that stops before the end never sees it.
+    url = f"pipe:cat {shlex.quote(str(big_file))}; exit 3"
+    with open_url(url, offset=1_000_001, length=5000, allow_pipe=True) as stream:
+        assert stream.read() == data[1_000_001:1_005_001]
+        assert stream.read() == b""
+    assert _wait_no_children() == []
+    with pytest.raises(PipeCommandError, match="status 3"):
+        with open_url(url, offset=len(data) - 10, length=100, allow_pipe=True) as stream:
+            stream.read()
+    assert _wait_no_children() == []
+
+
 def test_early_close_leaves_no_process_and_prints_nothing(
     big_file: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:

@@ -232,3 +232,22 @@ def test_write_denied_message(s3_server: SeaweedS3, s3_bucket: str) -> None:
     msg = str(info.value)
     assert "cannot write" in msg and "403" in msg and "AccessDenied" in msg
     _assert_no_secret(msg, s3_server)
+
+
+def test_ranged_read_resumes_within_the_range(
+    s3_server: SeaweedS3, s3_bucket: str, fault_proxy: ProxyFactory
+) -> None:
+    data = os.urandom(1_000_000)
+    url = s3_server.put_object(s3_bucket, "range/shard.tar", data)
+    proxy = fault_proxy(s3_server.endpoint_url)
+    proxy.plan(Cut(5_000), Cut(100_000))
+    opts = s3_server.options_for(endpoint_url=proxy.url, retries=20)
+    with open_url(url, offset=123_456, length=500_000, storage_options=opts) as stream:
+        got = _read_all(stream, 65_537)
+        retries = stream.retries  # type: ignore[attr-defined]
+        assert stream.read() == b""
+    assert got == data[123_456:623_456]
+    assert retries == 2 and proxy.gets(f"{s3_bucket}/range/shard.tar") == 3
+    for offset in (len(data), len(data) + 10):  # InvalidRange (416): empty, not an error
+        with open_url(url, offset=offset, length=10, storage_options=opts) as stream:
+            assert stream.read() == b""

@@ -11,6 +11,7 @@ from _servers import Cut, FaultProxy, SeaweedS3
 
 tar_writer = pytest.importorskip("shardstream.tar.writer")
 tar_samples = pytest.importorskip("shardstream.tar.samples")
+SchemeRouter = pytest.importorskip("shardstream.sources").SchemeRouter
 
 pytestmark = pytest.mark.s3
 
@@ -34,8 +35,8 @@ def _write_shards(s3: SeaweedS3, bucket: str, shards: int, per_shard: int) -> li
 
 
 def _read(urls: list[str], opts: dict[str, Any]) -> Iterator[tuple[str, bytes, bytes]]:
-    stage = tar_samples.TarSamples(storage_options=opts)
-    for sample in stage.run(iter(urls)):
+    fmt, source = tar_samples.TarFormat(), SchemeRouter(opts)
+    for sample in (s for url in urls for s in fmt.samples(source, url)):
         yield sample["__key__"], bytes(sample["txt"]), bytes(sample["bin"])
 
 

@@ -67,10 +67,10 @@ def test_cache_size_zero_disables_and_env_size_is_read(
     list(wds.WebDataset([shard_url], shardshuffle=False, cache_dir=str(tmp_path / "c"), cache_size=0))
     assert not (tmp_path / "c").exists()
     monkeypatch.setenv("WDS_CACHE_SIZE", "1M")
-    from shardstream.pipeline.fluent import _cache_opener
+    from shardstream.compat.webdataset import _cache_policy
 
-    opener = _cache_opener(str(tmp_path / "d"), _unset(), None, None, False)  # type: ignore[arg-type]
-    assert isinstance(opener, sscache.ShardCache) and opener.cache_size == 1 << 20
+    policy = _cache_policy(str(tmp_path / "d"), _unset(), None)  # type: ignore[arg-type]
+    assert policy is not None and policy.size_bytes == 1 << 20
 
 
 def _unset() -> object:

@@ -14,12 +14,12 @@ from typing import BinaryIO
 
 import pytest
 
-from shardstream.cache import ShardCache
+from shardstream.cache import CachedSource, ShardCache
 from shardstream.cache._owner import Owner
-from shardstream.errors import CacheError
-from shardstream.sources import get_source, register_source
+from shardstream.errors import CacheError, ConfigurationError
+from shardstream.sources import SchemeRouter, Source, get_source, local_path_of, register_source
 from shardstream.sources.base import ObjectInfo
-from shardstream.sources.memory import memory_store
+from shardstream.sources.memory import MemorySource, memory_store
 
 
 @pytest.fixture
@@ -265,3 +265,101 @@ def test_cache_pickles_for_dataloader_workers(tmp_path: Path, store: dict[str, b
     clone = pickle.loads(pickle.dumps(cache))
     assert _read_all(clone(url)[0]) == b"p" * 100
     assert clone.stats.hits == 1 and clone.stats.misses == 0
+
+
+# -- ranged reads, local paths, and the cache as a Source layer -------------------------------------
+
+
+def test_ranged_hit_is_served_from_the_cache_file(tmp_path: Path, store: dict[str, bytes]) -> None:
+    data = os.urandom(100_000)
+    url = _put("memory://b/ranged-hit.tar", data)
+    cache = ShardCache(str(tmp_path))
+    _read_all(cache(url)[0])
+    opens = _opens()
+    for offset, length in ((0, 10), (54_321, 1000), (99_990, 100), (100_000, None), (7, 0)):
+        stream, path = cache.open(url, offset=offset, length=length)
+        assert local_path_of(stream) == path == cache.path_for(url)
+        end = len(data) if length is None else offset + length
+        assert _read_all(stream) == data[offset:end]
+    assert _opens() == opens and cache.stats.hits == 5
+
+
+def test_ranged_miss_fills_the_whole_entry(tmp_path: Path, store: dict[str, bytes]) -> None:
+    data = os.urandom(300_000)
+    url = _put("memory://b/ranged-miss.tar", data)
+    cache = ShardCache(str(tmp_path))
+    opens = _opens()
+    stream, path = cache.open(url, offset=250_000, length=100)
+    assert path is not None and local_path_of(stream) == path
+    assert _read_all(stream) == data[250_000:250_100]
+    deadline = time.monotonic() + 5  # closing early does not stop the fill
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert Path(path).read_bytes() == data
+    assert _read_all(cache.open(url, offset=10, length=20)[0]) == data[10:30]
+    assert (cache.stats.misses, cache.stats.hits, _opens() - opens) == (1, 1, 1)
+
+
+def test_ranged_miss_is_served_as_the_fill_passes_it(tmp_path: Path, store: dict[str, bytes]) -> None:
+    data = os.urandom(200_000)
+    url = _put("gated://b/ranged.tar", data)
+    GATES[url] = threading.Event()  # only the first 1000 bytes arrive until the gate opens
+    cache = ShardCache(str(tmp_path))
+    stream, path = cache.open(url, offset=100, length=500)
+    assert stream.read(1000) == data[100:600]  # while the source is stalled
+    stream.close()
+    GATES[url].set()
+    assert cache.get_file(url) == path and Path(path).read_bytes() == data
+
+
+def test_ranged_read_of_a_shard_larger_than_the_cache(tmp_path: Path, store: dict[str, bytes]) -> None:
+    url = _put("memory://b/big-ranged.tar", bytes(range(256)) * 20)
+    cache = ShardCache(str(tmp_path), cache_size=1000)
+    stream, path = cache.open(url, offset=300, length=50)
+    assert path is None and local_path_of(stream) is None
+    assert _read_all(stream) == (bytes(range(256)) * 20)[300:350]
+    assert cache.stats.uncached == 1 and not os.path.exists(cache.path_for(url))
+
+
+def test_local_path_of_streams_matches_the_opener(tmp_path: Path, store: dict[str, bytes]) -> None:
+    shard = tmp_path / "local.tar"
+    shard.write_bytes(b"l" * 100)
+    url = _put("memory://b/paths.tar", b"m" * 100)
+    cache = ShardCache(str(tmp_path / "cache"))
+    for target in (str(shard), f"file://{shard}", url, url):  # local, local, fill, hit
+        stream, path = cache(target)
+        assert local_path_of(stream) == path is not None
+        _read_all(stream)
+    ranged, path = cache.open(str(shard), offset=10, length=5)
+    assert local_path_of(ranged) == path == str(shard) and _read_all(ranged) == b"l" * 5
+    # The local file was not copied.
+    assert _files(tmp_path / "cache") == [".shardstream/meta/memory/b/paths.tar.json", "memory/b/paths.tar"]
+
+
+def test_source_and_storage_options_are_exclusive(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="both source= and storage_options="):
+        ShardCache(str(tmp_path), source=SchemeRouter(), storage_options={"retries": 2})
+    cache = ShardCache(str(tmp_path), storage_options={"retries": 2})
+    assert cache.source == SchemeRouter({"retries": 2})
+
+
+def test_cached_source_over_a_custom_inner_source(tmp_path: Path, store: dict[str, bytes]) -> None:
+    url = _put("memory://b/layer.tar", b"q" * 5000)
+    inner = MemorySource()
+    cache = ShardCache(str(tmp_path))
+    source = CachedSource(inner, cache)
+    assert isinstance(source, Source) and source.cache.source is inner
+    assert _read_all(source.open(url, offset=4000)) == b"q" * 1000
+    assert _read_all(source.open(url)) == b"q" * 5000
+    assert inner.opens == 1  # the miss filled the entry through inner; the second open was a hit
+    assert (cache.stats.misses, cache.stats.hits) == (1, 1)  # the view shares the cache's counters
+
+
+def test_cached_source_stat_answers_from_the_record(tmp_path: Path, store: dict[str, bytes]) -> None:
+    url = _put("memory://b/stat.tar", b"s" * 777)
+    source = CachedSource(SchemeRouter(), ShardCache(str(tmp_path)))
+    assert source.stat(url).size == 777 and source.stat(url).local_path is None  # not cached: inner
+    _read_all(source.open(url))
+    del store[url]  # the source no longer has it; the complete entry still answers
+    info = source.stat(url)
+    assert (info.size, info.local_path) == (777, source.cache.path_for(url))

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from shardstream.cli import _bench, _cpu, main
+from shardstream.cli import _cpu, _options, main
 from shardstream.cli.__main__ import _missing_dependency
-from shardstream.pipeline.fluent import WebDataset
+from shardstream.compat import WebDataset
 from shardstream.tar.sharded_writer import ShardWriter
 
 
@@ -103,7 +103,7 @@ def test_bench_without_psutil_says_what_to_install(
 
 
 def test_parse_options_converts_types() -> None:
-    assert _bench.parse_options(["a=1", "b=true", "c=x=y", "d=0.5", "e=False"]) == {
+    assert _options.parse_options(["a=1", "b=true", "c=x=y", "d=0.5", "e=False"]) == {
         "a": 1,
         "b": True,
         "c": "x=y",
@@ -250,3 +250,64 @@ def test_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     for command in ("bench", "demo", "ls", "cat", "stat", "write"):
         assert command in out
+
+
+# -- lazy subcommands ---------------------------------------------------------------------------
+
+_SUBCOMMAND_MODULES = ("_bench", "_demo", "_inspect", "_write", "_options")
+
+
+def _forget_subcommand_modules(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Drop the subcommand modules from sys.modules (restored afterwards) to see which get imported."""
+    for name in _SUBCOMMAND_MODULES:
+        monkeypatch.delitem(sys.modules, f"shardstream.cli.{name}", raising=False)
+
+
+def _imported_subcommand_modules() -> set[str]:
+    return {name for name in _SUBCOMMAND_MODULES if f"shardstream.cli.{name}" in sys.modules}
+
+
+def test_help_imports_no_subcommand_module(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _forget_subcommand_modules(monkeypatch)
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "needs torch" in capsys.readouterr().out  # bench and demo say so
+    assert _imported_subcommand_modules() == set()
+
+
+@pytest.mark.parametrize("command", ["ls", "cat", "stat"])
+def test_inspect_commands_import_only_their_module(
+    command: str, shards: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _forget_subcommand_modules(monkeypatch)
+    args = ["-v", command, shards[0]] + (["k0000.txt"] if command == "cat" else [])
+    assert main(args) == 0
+    assert _imported_subcommand_modules() == {"_inspect", "_options"}
+
+
+def test_subcommand_help_and_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["-v", "ls", "--help"])
+    assert exc.value.code == 0 and "--no-header" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exc:
+        main(["nonsense"])
+    assert exc.value.code == 2 and "invalid choice: 'nonsense'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["bench", "demo"])
+def test_bench_and_demo_without_torch_say_what_to_install(
+    command: str,
+    shards: list[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch -> ImportError
+    args = ["bench", shards[0]] if command == "bench" else ["demo", "--dir", str(tmp_path / "demo")]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert f"shardstream {command}: missing dependency" in err
+    assert "pip install torch" in err and "deliberately does not depend on torch" in err
+    assert not (tmp_path / "demo").exists()  # demo stops before writing its dataset

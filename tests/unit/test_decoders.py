@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import io
 import pickle
+import sys
 from typing import Any
 
 import numpy as np
@@ -95,8 +96,9 @@ def test_spec_table_is_complete() -> None:
 def test_image_spec_shape_dtype_order_range(spec: str) -> None:
     kind, dtype, channels, chw = SPECS[spec]
     img = _quadrants()
-    out = Decoder([spec])({"__key__": "k", "png": _encode(img, "PNG")})["png"]
-    assert isinstance(out, np.ndarray if kind == "numpy" else torch.Tensor)
+    decoded = Decoder([spec])({"__key__": "k", "png": _encode(img, "PNG")})["png"]
+    assert isinstance(decoded, np.ndarray if kind == "numpy" else torch.Tensor)
+    out: Any = decoded  # an array or a tensor, per kind
     assert out.dtype == dtype
     arr = out.numpy() if kind == "torch" else out
     if channels == 0:
@@ -403,7 +405,7 @@ def test_pickle_refused_by_default(ext: str) -> None:
 
 
 def test_pth_loads_tensors_with_weights_only() -> None:
-    value = {"w": torch.arange(4.0), "n": 3, "names": ["a"]}
+    value: dict[str, Any] = {"w": torch.arange(4.0), "n": 3, "names": ["a"]}
     out = Decoder([])({"pth": torch_dumps(value)})["pth"]
     assert torch.equal(out["w"], value["w"]) and out["n"] == 3 and out["names"] == ["a"]
     assert torch.equal(torch_loads(torch_dumps(torch.ones(2))), torch.ones(2))
@@ -424,6 +426,54 @@ def test_pth_with_arbitrary_object_refused() -> None:
 def test_require_gives_install_hint() -> None:
     with pytest.raises(ImportError, match="pip install nothing-here"):
         require("shardstream_no_such_module", purpose="testing", install="pip install nothing-here")
+
+
+_NO_TORCH_HINT = r"pip install torch \(shardstream deliberately does not depend on torch"
+
+
+@pytest.fixture
+def no_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``import torch`` fails from here on, as when torch is not installed."""
+    monkeypatch.setitem(sys.modules, "torch", None)
+
+
+@pytest.mark.usefixtures("no_torch")
+def test_without_torch_pth_fields_say_what_to_install() -> None:
+    with pytest.raises(ImportError, match=_NO_TORCH_HINT) as info:
+        torch_loads(b"not read")
+    assert info.value.name == "torch"
+    with pytest.raises(ImportError, match=_NO_TORCH_HINT):
+        Decoder([])({"__key__": "k", "pth": b"not read"})
+
+
+@pytest.mark.usefixtures("no_torch")
+def test_without_torch_tensor_image_specs_fail_when_built() -> None:
+    with pytest.raises(ImportError, match="image spec 'torchrgb8' needs the 'torch' package"):
+        Decoder("torchrgb8")
+    rgb = Decoder("rgb8")({"png": _encode(_quadrants(), "PNG")})["png"]  # numpy specs need no torch
+    assert rgb.shape == (32, 48, 3)
+
+
+@pytest.mark.parametrize("spec", ["rgb8", "torchrgb", "pil"])
+def test_image_handler_pickles_after_use(spec: str) -> None:
+    # DataLoader workers started with spawn receive the decoder pickled, possibly after it decoded
+    # in the main process: the JPEG backend (a closure) and the torch module must not travel.
+    handler = imagehandler(spec)
+    data = _encode(_smooth(), "JPEG", quality=95)
+    before = handler(".jpg", data)
+    copy = pickle.loads(pickle.dumps(handler))
+    after = copy(".jpg", data)
+    assert type(after) is type(before)
+    assert np.array_equal(np.asarray(after), np.asarray(before))
+    assert pickle.loads(pickle.dumps(Decoder(spec)))({"jpg": data})["jpg"] is not None
+
+
+def test_field_decoder_is_the_decoder_alias() -> None:
+    import shardstream.decoders as decoders
+
+    assert "FieldDecoder" in decoders.__all__
+    # "Handler" is shardstream.handlers.Handler (an error policy); the decoders no longer reuse it.
+    assert not hasattr(decoders, "Handler")
 
 
 def test_video_and_audio_handlers() -> None:

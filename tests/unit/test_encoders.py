@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import sys
 import tarfile
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from shardstream.tar.encoders import (
     make_handlers,
     numpy_dumps,
     tenbin_dumps,
+    torch_dumps,
 )
 from shardstream.tar.writer import TarWriter
 
@@ -78,7 +80,7 @@ def test_npz_roundtrip() -> None:
 
 
 def test_pth_roundtrip() -> None:
-    value = {"w": torch.randn(3, 2), "step": 7}
+    value: dict[str, Any] = {"w": torch.randn(3, 2), "step": 7}
     out = _roundtrip("pth", value)
     assert torch.equal(out["w"], value["w"]) and out["step"] == 7
 
@@ -188,6 +190,14 @@ def test_unknown_extension_message() -> None:
 def test_numpy_dumps_refuses_object_arrays() -> None:
     with pytest.raises(ValueError):
         numpy_dumps(np.array([{"a": 1}], dtype=object))
+
+
+def test_pth_without_torch_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch -> ImportError
+    with pytest.raises(
+        ImportError, match=r"encoding \.pth fields needs the 'torch' package.*pip install torch"
+    ):
+        torch_dumps({"w": 1})
 
 
 def test_tenbin_dumps_is_memoryview() -> None:

@@ -167,5 +167,6 @@ def test_utils_pytorch_worker_info_in_main_process() -> None:
 
 
 def test_compat_modules_importable_by_name() -> None:
-    from shardstream.handlers import warn_and_continue  # noqa: F401
     from shardstream.shardlists import split_by_node  # noqa: F401
+
+    from shardstream.handlers import warn_and_continue  # noqa: F401

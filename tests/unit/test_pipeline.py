@@ -266,7 +266,8 @@ def test_resampled_shards_are_seeded_and_change_per_epoch(make_shards) -> None:
     shards = wds.ResampledShards(spec, nshards=20, seed=3)
     first = [d["url"] for d in shards]
     assert first == [d["url"] for d in wds.ResampledShards(spec, nshards=20, seed=3)]
-    shards.set_epoch(1)
-    assert [d["url"] for d in shards] != first
+    pipeline = wds.DataPipeline(shards)  # the pipeline owns the epoch
+    assert [d["url"] for d in pipeline] == first  # epoch 0
+    assert [d["url"] for d in pipeline] != first  # epoch 1
     ds = wds.WebDataset(spec, resampled=True, seed=3).with_epoch(5)
     assert len(list(ds)) == 5

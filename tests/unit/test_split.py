@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from shardstream.errors import SplitError
-from shardstream.shards.split import single_node_only, split_by_node, split_by_worker, take_every
+from shardstream.pipeline.shardlists import single_node_only, split_by_node, split_by_worker
+from shardstream.shards.split import take_every
 
 SHARDS = [{"url": f"s{i}"} for i in range(5)]
 

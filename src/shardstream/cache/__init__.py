@@ -1,10 +1,11 @@
 """A local shard cache that is safe under many processes, shared filesystems and crashes.
 
-``ShardCache`` is the implementation (see ``store``); ``make_cache_opener`` is what
-``WebDataset(cache_dir=..., cache_size=...)`` uses. The WebDataset 1.0.2 names of
-``webdataset.cache`` (``FileCache``, ``LRUCleanup``, ``pipe_cleaner``, ...) are provided with the
-same signatures. ``default_cache_dir`` / ``default_cache_size`` are read from the environment
-when accessed, not at import.
+``ShardCache`` is the implementation (see ``store``); ``CachedSource`` (and ``cached_source``)
+present it as a :class:`~shardstream.sources.Source` layer over another source, ranged reads
+included (see ``source``); ``make_cache_opener`` is the older opener-style entry point. The
+WebDataset 1.0.2 names of ``webdataset.cache`` (``FileCache``, ``LRUCleanup``, ``pipe_cleaner``,
+...) are provided with the same signatures. ``default_cache_dir`` / ``default_cache_size`` are
+read from the environment when accessed, not at import.
 """
 
 from __future__ import annotations
@@ -24,11 +25,13 @@ from .compat import (
 from .eviction import Entry, plan_eviction
 from .lock import LockTiming, ShardLock
 from .naming import cache_name, pipe_cleaner, url_to_cache_name
+from .source import CachedSource, cached_source
 from .stats import CacheStats
 from .store import ShardCache, make_cache_opener
 
 __all__ = [
     "CacheStats",
+    "CachedSource",
     "Entry",
     "FileCache",
     "LRUCleanup",
@@ -37,6 +40,7 @@ __all__ = [
     "ShardLock",
     "StreamingOpen",
     "cache_name",
+    "cached_source",
     "check_tar_format",
     "download",
     "get_filetype",

@@ -1,6 +1,7 @@
 """The fill path of a miss: clean leftovers, reserve, stream into a temp file, verify, publish.
 
-With the entry's lock held, :meth:`Filler.start` opens the source, learns its size (and ETag),
+With the entry's lock held, :meth:`Filler.start` opens the whole object through the wrapped
+:class:`~shardstream.sources.Source`, learns its size (and ETag),
 reserves the space (through the :class:`~._evict_pass.Evictor` when there is a size limit) and
 starts a :class:`~._tee.Fill` copying into a uniquely named temp file, with a
 :class:`~._tee.TeeReader` for this process following it. After the last byte the size (and,
@@ -16,12 +17,12 @@ import logging
 import os
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, BinaryIO, cast
+from typing import BinaryIO, cast
 
 from ..errors import CacheError, redact_url
-from ..sources import open_url, stat_url
+from ..sources import Source
 from . import eviction
 from ._evict_pass import Evictor
 from ._layout import Layout
@@ -42,15 +43,14 @@ _MD5_ETAG = re.compile(r'^"?([0-9a-fA-F]{32})"?$')
 class Filler:
     """Fills entries of the cache at ``layout`` as ``owner``; ``evictor`` is ``None`` without a limit.
 
-    ``count(event, url)`` counts a ``misses`` or ``uncached`` event.
+    ``count(event, url)`` counts a ``misses`` or ``uncached`` event; ``source`` opens the URLs.
     """
 
     layout: Layout
     owner: Owner
     stats: CacheStats
     count: Callable[[str, str], None]
-    storage_options: Mapping[str, Any]
-    allow_pipe: bool
+    source: Source
     verify_etag: bool
     evictor: Evictor | None
 
@@ -72,13 +72,13 @@ class Filler:
     def start(self, url: str, name: str, lock: ShardLock, lease: Lease) -> tuple[BinaryIO, str | None]:
         """Start filling ``name`` from ``url``; the fill releases ``lock`` when it is done."""
         cache_size = None if self.evictor is None else self.evictor.limit
-        src = open_url(url, storage_options=self.storage_options, allow_pipe=self.allow_pipe)
+        src = self.source.open(url)
         try:
             expected: int | None = getattr(src, "size", None)
             etag: str | None = getattr(src, "etag", None)
             if expected is None:
                 try:
-                    info = stat_url(url, storage_options=self.storage_options)
+                    info = self.source.stat(url)
                     expected, etag = info.size, etag or info.etag
                 except Exception as exc:  # pipes and some servers cannot tell: size unchecked
                     log.debug("cache: no size for %s (%s); download not size-checked", redact_url(url), exc)
@@ -116,7 +116,7 @@ class Filler:
         md5 = self.verify_etag and etag is not None and _MD5_ETAG.match(etag) is not None
         try:
             fill = Fill(src, fd, label=name, finish=finish, cleanup=cleanup, md5=md5)
-            reader = TeeReader(fill, tmp, lease.release)
+            reader = TeeReader(fill, tmp, lease.release, local_path=self.layout.data(name))
         except BaseException:
             os.close(fd)
             src.close()

@@ -32,13 +32,17 @@ class Corrupt:
 
 
 class LeasedFile(io.RawIOBase):
-    """A cached file held open under a reader lease (released on close)."""
+    """A cached file held open under a reader lease (released on close).
+
+    ``local_path`` is the published entry's path, which may be read in place.
+    """
 
     def __init__(self, file: io.FileIO, lease: Lease) -> None:
         super().__init__()
         self._file = file
         self._lease: Lease | None = lease
         self.name = file.name
+        self.local_path: str = os.fsdecode(file.name)
 
     def readable(self) -> bool:
         return True

@@ -128,14 +128,18 @@ class TeeReader(io.RawIOBase):
         fill: the running copy.
         path: the temp file (opened now; the descriptor stays valid after the rename).
         on_close: called once when the reader is closed (releases the reader's lease).
+        local_path: where the entry is published once complete (the ``local_path`` attribute).
     """
 
-    def __init__(self, fill: Fill, path: str, on_close: Callable[[], None]) -> None:
+    def __init__(
+        self, fill: Fill, path: str, on_close: Callable[[], None], *, local_path: str | None = None
+    ) -> None:
         super().__init__()
         self._fill = fill
         self._file = open(path, "rb", buffering=0)  # noqa: SIM115 - closed in close()
         self._pos = 0
         self._on_close: Callable[[], None] | None = on_close
+        self.local_path = local_path
 
     def readable(self) -> bool:
         return True
@@ -157,6 +161,15 @@ class TeeReader(io.RawIOBase):
         n = self._file.readinto(view[: min(len(view), available)]) or 0
         self._pos += n
         return n
+
+    def skip_to(self, offset: int) -> None:
+        """Continue reading at byte ``offset``: reads block until the copy has written past it.
+
+        The temp file is random-access, so nothing is read to get there; an ``offset`` past the
+        end gives end-of-file once the copy is complete and verified.
+        """
+        self._file.seek(offset)
+        self._pos = offset
 
     def wait(self) -> None:
         """Block until the whole shard is in the cache (raises the fill's error)."""

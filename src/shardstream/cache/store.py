@@ -16,7 +16,13 @@ Opening a remote shard (``ShardCache.open`` / calling the cache as an opener):
 4. A published file whose size does not match its record (truncated, overwritten) is removed
    with a warning naming it, and fetched again.
 
-Local files are read in place and never copied.
+Local files are read in place and never copied. Every URL is opened through one wrapped
+:class:`~shardstream.sources.Source` (by default a :class:`~shardstream.sources.SchemeRouter`
+over ``storage_options``); :class:`~.source.CachedSource` presents the cache as a Source itself.
+
+Byte ranges (``open(url, offset=, length=)``): a hit seeks in the cached file; a miss fills the
+whole entry and serves the range as its bytes arrive (see :mod:`.source` for why); a shard too
+large for the cache is read ranged from the source, uncached.
 """
 
 from __future__ import annotations
@@ -29,11 +35,13 @@ from typing import Any, BinaryIO, cast
 
 from ..config import read_settings
 from ..errors import CacheError, ConfigurationError, redact_url
-from ..sources import open_url, scheme_of
+from ..sources import ObjectInfo, SchemeRouter, Source, scheme_of
+from ..sources._range import limit
+from ..sources.base import check_range
 from ..sources.file import local_path
 from ._evict_pass import Evictor
 from ._fill import Filler
-from ._hit import Corrupt, LeasedFile, open_hit, remove_corrupt
+from ._hit import Corrupt, LeasedFile, open_hit, read_meta, remove_corrupt
 from ._layout import Layout
 from ._owner import Owner
 from ._tee import TeeReader
@@ -50,9 +58,9 @@ log = logging.getLogger("shardstream.cache")
 class ShardCache:
     """A local cache of remote shards, shared safely by any number of processes and hosts.
 
-    The object is an :data:`~shardstream.tar.samples.Opener`: ``cache(url)`` returns
-    ``(stream, local_path)``. It pickles cheaply (DataLoader workers get a copy; each process
-    keeps its own :attr:`stats`).
+    Calling it as an opener, ``cache(url)``, returns ``(stream, local_path)``; wrap it in a
+    :class:`~.source.CachedSource` to use it as a Source. It pickles cheaply when its source
+    does (DataLoader workers get a copy; each process keeps its own :attr:`stats`).
 
     Args:
         cache_dir: the cache directory; created if missing. Several jobs may share it (NFS too).
@@ -64,6 +72,9 @@ class ShardCache:
         Naming and sources:
             url_to_name: maps a URL to a relative cache name (default :func:`.naming.cache_name`,
                 which keeps scheme, host/bucket and path). Returning a URL is allowed.
+            source: the Source that URLs are opened through (default: a
+                :class:`~shardstream.sources.SchemeRouter` over ``storage_options`` and
+                ``allow_pipe``). Give either ``source`` or those two, not both.
             storage_options: options for the sources (endpoint, credentials, ...).
             allow_pipe: allow ``pipe:`` URLs (they run shell commands).
 
@@ -88,6 +99,7 @@ class ShardCache:
         *,
         cache_size: int | None = None,
         url_to_name: NameFunction | None = None,
+        source: Source | None = None,
         storage_options: Mapping[str, Any] | None = None,
         allow_pipe: bool = False,
         lock_timeout: float | None = None,
@@ -106,8 +118,15 @@ class ShardCache:
         self.cache_dir = os.path.abspath(os.path.expanduser(os.fspath(cache_dir)))
         self.cache_size = None if cache_size is None or cache_size < 0 else int(cache_size)
         self.url_to_name = url_to_name
+        if source is not None and (storage_options or allow_pipe):
+            raise ConfigurationError(
+                "ShardCache got both source= and storage_options=/allow_pipe=; the options only "
+                "configure the default source. Pass them to your source instead (e.g. "
+                "SchemeRouter(storage_options, allow_pipe=True)) and give only source="
+            )
         self.storage_options = dict(storage_options or {})
         self.allow_pipe = allow_pipe
+        self.source: Source = source if source is not None else SchemeRouter(storage_options, allow_pipe)
         timeout = read_settings().lock_timeout if lock_timeout is None else lock_timeout
         self.timing = LockTiming(timeout=timeout, stale_after=stale_after, heartbeat=heartbeat)
         self.host = host
@@ -143,13 +162,36 @@ class ShardCache:
         """Where ``url`` is (or will be) cached."""
         return self.layout.data(self.name_for(url))
 
+    def with_source(self, source: Source) -> ShardCache:
+        """This cache (same directory, settings and counters) opening URLs through ``source``."""
+        clone = object.__new__(ShardCache)
+        clone.__dict__.update(self.__dict__)  # not copy.copy: that would pickle (new counters)
+        clone.source = source
+        clone.storage_options, clone.allow_pipe = {}, False
+        return clone
+
+    def info(self, url: str) -> ObjectInfo | None:
+        """Size, ETag and path of ``url``'s complete entry from its record; ``None`` if not cached."""
+        name = self.name_for(url)
+        meta = read_meta(self.layout, name)
+        path = self.layout.data(name)
+        size = meta.get("size") if meta else None
+        try:
+            if meta is None or not isinstance(size, int) or os.stat(path).st_size != size:
+                return None
+        except OSError:
+            return None
+        etag = meta.get("etag")
+        return ObjectInfo(size=size, etag=etag if isinstance(etag, str) else None, local_path=path)
+
     def __call__(self, url: str) -> tuple[BinaryIO, str | None]:
         return self.open(url)
 
-    def open(self, url: str) -> tuple[BinaryIO, str | None]:
-        """Open ``url`` through the cache: ``(stream, local path)``.
+    def open(self, url: str, *, offset: int = 0, length: int | None = None) -> tuple[BinaryIO, str | None]:
+        """Open ``url`` (bytes ``[offset, offset + length)``) through the cache: ``(stream, local path)``.
 
-        A cold shard streams while it is being cached. Local files are opened in place.
+        A cold shard streams while it is being cached; a range of a cold shard is served as the
+        fill passes it. Local files are opened in place. The stream carries ``local_path`` too.
 
         Raises:
             SourceError: the source failed before the first byte (mid-stream failures are
@@ -157,10 +199,19 @@ class ShardCache:
             CacheLockTimeout: another live process kept the download lock past ``lock_timeout``.
             CacheError: the cache directory cannot be written.
         """
+        check_range(url, offset, length)
         if scheme_of(url) == "file":
             self._stats.add(local_reads=1)
-            stream = open_url(url, storage_options=self.storage_options)
-            return stream, local_path(url)
+            if offset == 0 and length is None:  # sources registered by users may predate ranges
+                return self.source.open(url), local_path(url)
+            return self.source.open(url, offset=offset, length=length), local_path(url)
+        stream, path = self._open_entry(url)
+        if offset == 0 and length is None:
+            return stream, path
+        return self._narrow(url, stream, offset, length), path
+
+    def _open_entry(self, url: str) -> tuple[BinaryIO, str | None]:
+        """The whole object of a remote ``url``: a hit, a fill, or (too large) uncached."""
         name = self.name_for(url)
         data = self.layout.data(name)
         lease = Lease(self.layout.leases(name), owner=self.owner, heartbeat=self.timing.heartbeat)
@@ -180,6 +231,21 @@ class ShardCache:
         except BaseException:
             lease.release()
             raise
+
+    def _narrow(self, url: str, stream: BinaryIO, offset: int, length: int | None) -> BinaryIO:
+        """Serve bytes ``[offset, offset + length)`` of an entry opened whole."""
+        try:
+            if isinstance(stream, LeasedFile):
+                stream.seek(offset)
+            elif isinstance(stream, TeeReader):
+                stream.skip_to(offset)
+            else:  # too large to cache: the source serves the range itself
+                stream.close()
+                return self.source.open(url, offset=offset, length=length)
+        except BaseException:
+            stream.close()
+            raise
+        return limit(stream, length)
 
     def get_file(self, url: str) -> str:
         """Make sure ``url`` is completely in the cache and return its path (local files: in place)."""
@@ -247,8 +313,7 @@ class ShardCache:
             owner=self.owner,
             stats=self._stats,
             count=self._count,
-            storage_options=self.storage_options,
-            allow_pipe=self.allow_pipe,
+            source=self.source,
             verify_etag=self.verify_etag,
             evictor=self._evictor(),
         )

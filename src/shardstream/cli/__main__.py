@@ -1,9 +1,10 @@
 """``shardstream`` command: argument parsing and dispatch to one module per subcommand.
 
-Subcommand modules are imported only when their command runs, so ``shardstream ls`` does not
-import torch. The report a command produces goes to stdout; diagnostics go through ``logging``
-to stderr (``-v`` for INFO, ``-vv`` for DEBUG). Errors are printed as one ``error:`` line and
-exit with status 1; a missing optional dependency exits with status 2 and says what to install.
+Subcommand modules are imported only when their command runs, so ``shardstream --help``, ``ls``,
+``cat``, ``stat`` and ``write`` do not import torch (``bench`` and ``demo`` need it). The report a
+command produces goes to stdout; diagnostics go through ``logging`` to stderr (``-v`` for INFO,
+``-vv`` for DEBUG). Errors are printed as one ``error:`` line and exit with status 1; a missing
+optional dependency exits with status 2 and says what to install.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import argparse
 import importlib
 import logging
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from ..errors import ShardStreamError
 
@@ -26,13 +27,13 @@ _COMMANDS: dict[str, tuple[str, str, str, str]] = {
         "_bench",
         "add_arguments",
         "run",
-        "measure an empty training loop over shards (samples/s, MB/s, CPU)",
+        "measure an empty training loop over shards (samples/s, MB/s, CPU); needs torch",
     ),
     "demo": (
         "_demo",
         "add_arguments",
         "run",
-        "make a synthetic dataset, stream it from disk and a local S3 server",
+        "make a synthetic dataset, stream it from disk and a local S3 server; needs torch",
     ),
     "ls": ("_inspect", "add_ls_arguments", "run_ls", "list a shard's members with offsets and sizes"),
     "cat": ("_inspect", "add_cat_arguments", "run_cat", "write members of a shard to stdout"),
@@ -43,8 +44,15 @@ _COMMANDS: dict[str, tuple[str, str, str, str]] = {
 Runner = Callable[[argparse.Namespace], int]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full argument parser (imports each subcommand module for its arguments)."""
+def build_parser(commands: Iterable[str] | None = None) -> argparse.ArgumentParser:
+    """The argument parser, importing only the modules of ``commands`` (default: every command).
+
+    Every command is listed with its one-line help either way, but only those in ``commands`` get
+    their own arguments, so parse a command line with a parser built for its command (see
+    :func:`main`). That keeps ``shardstream --help`` and ``shardstream ls`` from importing the
+    ``bench``/``demo`` modules and what they need (torch).
+    """
+    wanted = set(_COMMANDS) if commands is None else set(commands)
     parser = argparse.ArgumentParser(
         prog="shardstream", description="Stream and inspect WebDataset-format tar shards."
     )
@@ -53,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (module_name, adder, runner, help_text) in _COMMANDS.items():
+        if name not in wanted:
+            sub.add_parser(name, help=help_text, description=help_text)
+            continue
         module = importlib.import_module(f"{__package__}.{module_name}")
         p = sub.add_parser(name, help=help_text, description=(module.__doc__ or help_text).split("\n\n")[0])
         getattr(module, adder)(p)
@@ -60,11 +71,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The subcommand in ``argv``: the global options take no value, so it is the first non-option."""
+    for arg in argv:
+        if arg == "--":
+            return None
+        if not arg.startswith("-"):
+            return arg
+    return None
+
+
 def _missing_dependency(exc: ImportError) -> str:
+    from ..decoders._lazy import TORCH_INSTALL_HINT
+
     name = exc.name or str(exc)
     hints = {
         "psutil": "pip install 'shardstream[cli]'",
-        "torch": "install PyTorch first (see https://pytorch.org), then shardstream",
+        "torch": TORCH_INSTALL_HINT,
         "PIL": "pip install 'shardstream[image]'",
         "boto3": "pip install 'shardstream[demo]'",
         "botocore": "pip install 'shardstream[s3]'",
@@ -75,7 +98,9 @@ def _missing_dependency(exc: ImportError) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status (0 ok, 1 error, 2 usage or missing package)."""
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = _command_of(argv)
+    parser = build_parser([command] if command in _COMMANDS else [])
     args = parser.parse_args(argv)
     level = logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(

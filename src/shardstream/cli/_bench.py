@@ -18,8 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..errors import ConfigurationError
 from ._cpu import CPUMonitor, CPUReport, have_psutil
+from ._options import parse_options
 
 __all__ = ["BenchConfig", "BenchResult", "add_arguments", "format_result", "run", "run_bench"]
 
@@ -125,8 +125,11 @@ def _shard_bytes(urls: Sequence[str], storage_options: Mapping[str, Any]) -> int
 
 def run_bench(config: BenchConfig) -> BenchResult:
     """Build the pipeline, iterate it once (or up to ``max_samples``) and measure."""
+    from ..decoders._lazy import require_torch
+
+    require_torch(purpose="shardstream bench (it measures a torch DataLoader)")
+    from ..compat.webdataset import WebDataset
     from ..loader import WebLoader
-    from ..pipeline.fluent import WebDataset
     from ..shards.spec import expand_urls
 
     urls = expand_urls(list(config.urls))
@@ -198,29 +201,6 @@ def format_result(config: BenchConfig, result: BenchResult, *, cpu_count: int | 
     if cpu.peak_rss_mb is not None:
         lines.append(f"peak RSS:         {cpu.peak_rss_mb:,.0f} MB (process tree)")
     return "\n".join(lines) + "\n"
-
-
-def parse_options(pairs: Sequence[str]) -> dict[str, Any]:
-    """``["k=v", ...]`` -> dict; ``true``/``false`` become booleans, numbers become int or float."""
-    options: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, raw = pair.partition("=")
-        if not sep or not key:
-            raise ConfigurationError(
-                f"--storage-option {pair!r}: expected KEY=VALUE, e.g. endpoint_url=http://127.0.0.1:8333"
-            )
-        value: Any = raw
-        if raw.lower() in ("true", "false"):
-            value = raw.lower() == "true"
-        else:
-            for convert in (int, float):
-                try:
-                    value = convert(raw)
-                    break
-                except ValueError:
-                    pass
-        options[key] = value
-    return options
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -40,7 +40,7 @@ def _members(
 ) -> Iterator[tuple[str, bytes, int]]:
     from ..sources import open_url
     from ..tar.reader import iter_members
-    from ._bench import parse_options
+    from ._options import parse_options
 
     stream = open_url(url, storage_options=parse_options(args.storage_option), allow_pipe=args.allow_pipe)
     with closing(stream):
@@ -123,7 +123,7 @@ def shard_stats(url: str, args: argparse.Namespace) -> dict[str, Any]:
     """Counts for one shard: members, samples, per-extension counts and bytes, key range."""
     from ..sources import stat_url
     from ..tar.grouping import group_samples
-    from ._bench import parse_options
+    from ._options import parse_options
 
     sniffers: list[_Sniffer] = []
     per_ext: collections.Counter[str] = collections.Counter()

@@ -72,7 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Entry point of the ``write`` subcommand."""
     from ..tar.sharded_writer import ShardWriter
-    from ._bench import parse_options
+    from ._options import parse_options
 
     root: Path = args.directory
     if not root.is_dir():

@@ -1,13 +1,15 @@
 """WebDataset-compatible ``filters`` namespace: the curried stage functions (thin re-exports)."""
 
+from ..handlers import reraise_exception
 from ..pipeline.base import pipelinefilter
 from ..pipeline.batch import batched, default_collation_fn, listed, unbatched, unlisted
 from ..pipeline.decode import decode
-from ..pipeline.extra import associate, info, rsample, slice
+from ..pipeline.extra import associate, info
 from ..pipeline.fields import extract_keys, getfirst, rename, rename_keys, to_tuple
-from ..handlers import reraise_exception
 from ..pipeline.mapping import map, map_dict, map_tuple, select, transform_with
+from ..pipeline.sampling import rsample
 from ..pipeline.shuffle import detshuffle, shuffle
+from ..pipeline.window import slice
 
 __all__ = [
     "associate",

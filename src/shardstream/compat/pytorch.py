@@ -1,5 +1,21 @@
-"""WebDataset-compatible ``pytorch`` namespace: the torch classes WebDataset re-exports."""
+"""WebDataset-compatible ``pytorch`` namespace: the torch classes WebDataset re-exports.
 
-from torch.utils.data import DataLoader, IterableDataset
+Resolved on first access, so that importing shardstream does not need torch.
+"""
 
-__all__ = ["DataLoader", "IterableDataset"]
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["DataLoader", "IterableDataset"]  # noqa: F822 - resolved by __getattr__
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from ..pipeline._torch import require_torch
+
+        require_torch(f"shardstream.pytorch.{name}")
+        import torch.utils.data
+
+        return getattr(torch.utils.data, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

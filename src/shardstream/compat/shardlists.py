@@ -1,8 +1,16 @@
 """WebDataset-compatible ``shardlists`` namespace (thin re-exports)."""
 
-from ..pipeline.extra import non_empty, resampled
-from ..shards.spec import ResampledShards, SimpleShardList, expand_urls, shardspec
-from ..shards.split import single_node_only, split_by_node, split_by_worker
+from ..pipeline.extra import non_empty
+from ..pipeline.sampling import resampled
+from ..pipeline.shardlists import (
+    ResampledShards,
+    SimpleShardList,
+    shardspec,
+    single_node_only,
+    split_by_node,
+    split_by_worker,
+)
+from ..shards.spec import expand_urls
 
 ResampledShardList = ResampledShards
 

@@ -1,7 +1,8 @@
 """WebDataset-compatible ``tariterators``: dict-based building blocks over our reader.
 
 These keep WebDataset's item shapes (``{"url", "stream"}``, ``{"fname", "data", "__url__"}``)
-for code that composes them by hand; the fast path is :class:`shardstream.tar.TarSamples`.
+for code that composes them by hand; the fast path is the reading stage,
+:class:`shardstream.pipeline.ReadShards`.
 """
 
 from __future__ import annotations
@@ -10,10 +11,11 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from ..handlers import Handler, reraise_exception
+from ..pipeline.read import ReadShards
 from ..sources import open_url
 from ..tar.grouping import group_samples, split_key
 from ..tar.reader import iter_members
-from ..tar.samples import tarfile_samples, tarfile_to_samples
+from ..tar.samples import TarFormat
 
 __all__ = [
     "base_plus_ext",
@@ -113,3 +115,22 @@ def group_by_keys(
         batch.append((item["fname"], item["data"], -1))
     if batch:
         yield from group_samples(batch, str(url), lcase=lcase, suffixes=suffixes)
+
+
+def tarfile_to_samples(
+    handler: Handler = reraise_exception,
+    select_files: Callable[[str], bool] | None = None,
+    rename_files: Callable[[str], str] | None = None,
+) -> ReadShards:
+    """Stage factory: ``wds.tarfile_to_samples()`` turns shard dicts into samples."""
+    return ReadShards(TarFormat(select_files, rename_files), handler=handler)
+
+
+def tarfile_samples(
+    src: Iterable[Any],
+    handler: Handler = reraise_exception,
+    select_files: Callable[[str], bool] | None = None,
+    rename_files: Callable[[str], str] | None = None,
+) -> Iterator[dict[str, Any]]:
+    """Function form of :func:`tarfile_to_samples` (WebDataset's ``tarfile_samples``)."""
+    return tarfile_to_samples(handler, select_files, rename_files)(src)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..pipeline.base import PipelineStage
-from ..pipeline.extra import repeatedly
+from ..pipeline.window import repeatedly
 from ..shards.world import World, derive_seed
 
 __all__ = [

@@ -5,7 +5,14 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-__all__ = ["require"]
+__all__ = ["TORCH_INSTALL_HINT", "require", "require_torch"]
+
+#: What to do when torch is missing. shardstream does not depend on torch on purpose: users pick the
+#: build (CPU or a CUDA version) themselves, and resolving shardstream must never pull a multi-GB wheel.
+TORCH_INSTALL_HINT = (
+    "pip install torch (shardstream deliberately does not depend on torch, so that you choose the "
+    "build: CPU-only wheels come from --index-url https://download.pytorch.org/whl/cpu)"
+)
 
 
 def require(module: str, *, purpose: str, install: str) -> ModuleType:
@@ -20,5 +27,11 @@ def require(module: str, *, purpose: str, install: str) -> ModuleType:
         return importlib.import_module(module)
     except ImportError as exc:
         raise ImportError(
-            f"{purpose} needs the {module!r} package, which is not installed: {install}"
+            f"{purpose} needs the {module!r} package, which is not installed: {install}",
+            name=exc.name or module,
         ) from exc
+
+
+def require_torch(*, purpose: str) -> ModuleType:
+    """Import ``torch`` or raise ImportError saying that ``purpose`` needs it and how to install it."""
+    return require("torch", purpose=purpose, install=TORCH_INSTALL_HINT)

@@ -6,7 +6,7 @@ import os
 import tempfile
 from typing import Any
 
-from ._lazy import require
+from ._lazy import TORCH_INSTALL_HINT, require
 
 __all__ = ["AUDIO_EXTENSIONS", "torch_audio"]
 
@@ -29,7 +29,7 @@ class _TorchAudio:
         torchaudio = require(
             "torchaudio",
             purpose="decoding audio fields",
-            install="pip install torchaudio (same version as torch)",
+            install=f"pip install torchaudio (same version as torch), and torch first: {TORCH_INSTALL_HINT}",
         )
         with tempfile.TemporaryDirectory() as dirname:
             path = os.path.join(dirname, f"file.{extension}")

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import UnsafeOperationError
-from ._lazy import require
+from ._lazy import require, require_torch
 
 __all__ = [
     "PICKLE_EXTENSIONS",
@@ -43,7 +43,6 @@ __all__ = [
 Loader = Callable[[bytes], Any]
 
 PICKLE_EXTENSIONS = frozenset({"pyd", "pickle", "pkl"})
-_TORCH_HINT = "pip install torch (CPU wheels: --index-url https://download.pytorch.org/whl/cpu)"
 
 
 def text_loads(data: bytes) -> str:
@@ -75,7 +74,7 @@ def npz_loads(data: bytes) -> dict[str, np.ndarray[Any, Any]]:
 
 
 def _torch_load(data: bytes, weights_only: bool) -> Any:
-    torch = require("torch", purpose="decoding .pth fields", install=_TORCH_HINT)
+    torch = require_torch(purpose="decoding .pth fields")
     try:
         return torch.load(io.BytesIO(data), weights_only=weights_only, map_location="cpu")
     except pickle.UnpicklingError as exc:

@@ -1,7 +1,7 @@
 """The Decoder: runs WebDataset-style handlers over every field of a sample, dispatched by extension.
 
-A handler is ``handler(key, data)`` where ``key`` is the field name with a leading dot
-(``".jpg"``, ``".seg.png"``); it returns the decoded value, ``None`` to pass, or
+A handler (a :data:`FieldDecoder`) is ``handler(key, data)`` where ``key`` is the field name with
+a leading dot (``".jpg"``, ``".seg.png"``); it returns the decoded value, ``None`` to pass, or
 :class:`Continue` to hand a rewritten key and data to the handlers after it (used for ``.gz``).
 For each field the first non-``None`` result wins; with no taker the bytes stay as they are.
 
@@ -27,7 +27,7 @@ __all__ = [
     "Continue",
     "Decoder",
     "ExtensionHandler",
-    "Handler",
+    "FieldDecoder",
     "call_extension_handler",
     "default_decoder",
     "default_post_handlers",
@@ -39,8 +39,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: ``handler(".ext", data) -> value | None | Continue``.
-Handler = Callable[[str, bytes], Any]
+#: A field decoder, ``decoder(".ext", data) -> value | None | Continue`` (WebDataset calls these
+#: "handlers"; :data:`shardstream.handlers.Handler` is something else, an error policy).
+FieldDecoder = Callable[[str, bytes], Any]
 # (position in the handler chain, function, direct): direct steps are called as f(data).
 _Plan = tuple[tuple[int, Callable[..., Any], bool], ...]
 _MAX_PLANS = 4096  # field names are few in practice; bound the cache against pathological data
@@ -131,15 +132,15 @@ def handle_extension(extensions: str | Iterable[str], f: Callable[[bytes], Any])
     return ExtensionHandler(extensions, f)
 
 
-default_pre_handlers: list[Handler] = [gzfilter]
-default_post_handlers: list[Handler] = [basichandlers]
+default_pre_handlers: list[FieldDecoder] = [gzfilter]
+default_post_handlers: list[FieldDecoder] = [basichandlers]
 
 
-def _as_handlers(spec: Any, jpeg_backend: str, what: str) -> list[Handler]:
+def _as_handlers(spec: Any, jpeg_backend: str, what: str) -> list[FieldDecoder]:
     if spec is None:
         return []
     items = [spec] if isinstance(spec, str) or callable(spec) else list(spec)
-    handlers: list[Handler] = []
+    handlers: list[FieldDecoder] = []
     for item in items:
         if isinstance(item, str):
             handlers.append(imagehandler(item, jpeg_backend=jpeg_backend))
@@ -172,8 +173,8 @@ class Decoder:
     def __init__(
         self,
         handlers: Any,
-        pre: Iterable[Handler] | None = None,
-        post: Iterable[Handler] | None = None,
+        pre: Iterable[FieldDecoder] | None = None,
+        post: Iterable[FieldDecoder] | None = None,
         only: str | Iterable[str] | None = None,
         partial: bool = False,
         *,
@@ -187,7 +188,7 @@ class Decoder:
         )
         if allow_pickle:
             chain = [BasicHandlers(allow_pickle=True) if isinstance(h, BasicHandlers) else h for h in chain]
-        self.handlers: tuple[Handler, ...] = tuple(chain)
+        self.handlers: tuple[FieldDecoder, ...] = tuple(chain)
         self.only = frozenset(only.split() if isinstance(only, str) else only) if only is not None else None
         self.partial = partial
         self.allow_pickle = allow_pickle

@@ -40,7 +40,7 @@ import numpy as np
 
 from ..errors import ConfigurationError
 from ._jpeg import get_backend
-from ._lazy import require
+from ._lazy import require, require_torch
 
 __all__ = ["IMAGE_EXTENSIONS", "JPEG_EXTENSIONS", "ImageHandler", "ImageSpec", "imagehandler", "imagespecs"]
 
@@ -118,7 +118,22 @@ class ImageHandler:
         self.dispatch_extensions = self.extensions
         self.jpeg_backend = jpeg_backend
         self._fast = get_backend(jpeg_backend) if self.spec.atype != "pil" else None
-        self._torch: ModuleType | None = None
+        # Torch specs fail here, when the pipeline is built, rather than at the first image.
+        self._torch: ModuleType | None = (
+            require_torch(purpose=f"image spec {self.imagespec!r}") if self.spec.atype == "torch" else None
+        )
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Modules and the JPEG backend's closure do not pickle (DataLoader workers started with
+        # spawn receive the handler pickled): drop them and resolve them again on arrival.
+        state = dict(self.__dict__)
+        state["_fast"] = state["_torch"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if self.spec.atype != "pil":
+            self._fast = get_backend(self.jpeg_backend)
 
     def __call__(self, key: str, data: bytes) -> Any:
         extension = key.rpartition(".")[2].lower()
@@ -148,10 +163,8 @@ class ImageHandler:
         if atype == "numpy":
             return array
         torch = self._torch
-        if torch is None:
-            torch = self._torch = require(
-                "torch", purpose=f"image spec {self.imagespec!r}", install="pip install torch"
-            )
+        if torch is None:  # unpickled in a worker
+            torch = self._torch = require_torch(purpose=f"image spec {self.imagespec!r}")
         if array.ndim == 3:
             array = np.ascontiguousarray(array.transpose(2, 0, 1))
         return torch.from_numpy(array)

@@ -6,7 +6,7 @@ import os
 import tempfile
 from typing import Any
 
-from ._lazy import require
+from ._lazy import TORCH_INSTALL_HINT, require
 
 __all__ = ["VIDEO_EXTENSIONS", "torch_video"]
 
@@ -26,7 +26,11 @@ class _TorchVideo:
         extension = key.rpartition(".")[2].lower()
         if extension not in VIDEO_EXTENSIONS:
             return None
-        io = require("torchvision.io", purpose="decoding video fields", install="pip install torchvision av")
+        io = require(
+            "torchvision.io",
+            purpose="decoding video fields",
+            install=f"pip install torchvision av, and torch first: {TORCH_INSTALL_HINT}",
+        )
         with tempfile.TemporaryDirectory() as dirname:
             path = os.path.join(dirname, f"file.{extension}")
             with open(path, "wb") as stream:

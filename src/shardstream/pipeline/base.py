@@ -1,31 +1,88 @@
-"""The one stage contract every pipeline step follows.
+"""The stage contract: a :class:`Stage` is configuration, a :class:`Node` is its running iterator.
 
-A stage is called with an upstream iterator and returns a downstream iterator (WebDataset's
-convention, so plain functions ``f(src) -> iterator`` work as stages too). Stages that are
-:class:`Stage` objects additionally take part in the epoch and state protocol:
+A pipeline is a chain of stages. For every epoch the pipeline builds one node per stage,
+passing it the upstream node, the epoch's :class:`RunContext` (epoch, world, seed: resolved once)
+and optionally a saved state::
 
-* ``set_epoch(epoch)`` is called by the pipeline before each epoch's iterator is built;
-* ``get_state()`` returns a JSON-able dict; ``reset(state)`` restores it before the next run;
-* ``close()`` releases resources held by a running iterator (streams, connections, children).
+    node = stage.build(upstream_node, ctx, state)    # a running iterator for one epoch
+    item = next(node)
+    saved = node.state_dict()                        # JSON-able; taken between two items
+    again = stage.build(restored_upstream, ctx, saved)  # continues after the same item
 
-:class:`Stage.__call__` is a template method: subclasses implement :meth:`Stage.run` and inherit
-counting of skipped items (``stats``) and the epoch bookkeeping without calling ``super()``.
+Rules every node follows:
+
+* ``state_dict()`` describes the node *after the last item it yielded*; together with the
+  states of the nodes upstream (taken at the same moment) it is enough to continue exactly.
+  Items a node has pulled but not yet yielded (a shuffle buffer, the rest of an unbatched batch)
+  are part of its own state, recorded as upstream *positions* (tokens), never as sample bytes.
+* ``tell`` (when not ``None``) returns a small JSON-able token locating the last item yielded,
+  and ``item_at(token)`` produces that item again without disturbing the running iterator. The
+  reader implements both from (shard, byte offset); one-to-one stages (map, decode, fields)
+  forward ``tell`` and apply themselves in ``item_at``. A shuffle buffer is saved as tokens.
+* ``stateful`` is ``False`` for nodes that cannot save state (plain callables, foreign
+  iterators). A pipeline holding one saves a replay count instead (see ``DataPipeline``).
+
+Nodes iterate through one internal generator (``_it``): ``iter(node)`` returns that generator
+itself, so a chain of stages costs what a chain of generators costs; the generator updates the
+node's state attributes before each ``yield``.
+
+The try/handler/skip loop lives in one place, :func:`guarded`.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import StateError
 from ..handlers import Handler
+from ..shards.world import World, derive_seed
 
-__all__ = ["FunctionStage", "Stage", "StageStats", "pipelinefilter", "PipelineStage"]
+__all__ = [
+    "FunctionStage",
+    "IterNode",
+    "ListNode",
+    "MapStage",
+    "Node",
+    "PipelineStage",
+    "RunContext",
+    "Stage",
+    "StageStats",
+    "StateDict",
+    "guarded",
+    "pipelinefilter",
+]
+
+StateDict = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What every stage of one epoch shares: the epoch number, the world and the base seed.
+
+    Built once per epoch by the pipeline that owns the epoch (the world is detected once, in the
+    process that iterates, or taken from an explicit ``world=``).
+    """
+
+    epoch: int = 0
+    world: World = field(default_factory=World)
+    seed: int | None = None
+
+    @classmethod
+    def detect(cls, epoch: int = 0, seed: int | None = None, world: World | None = None) -> RunContext:
+        return cls(epoch, World.current(override=world), seed)
+
+    def derive(self, stage_seed: int | None, *parts: object) -> int:
+        """A seed for one stage's randomness in this epoch, rank and worker."""
+        base = self.seed if stage_seed is None else stage_seed
+        return derive_seed(base, *parts, self.epoch, self.world.rank, self.world.worker)
 
 
 class StageStats:
-    """Counters a stage keeps about the items its error policy skipped."""
+    """Counters a stage keeps about the items its error policy skipped (per process)."""
 
     __slots__ = ("skipped", "last_error")
 
@@ -41,17 +98,120 @@ class StageStats:
         return f"StageStats(skipped={self.skipped}, last_error={self.last_error!r})"
 
 
-class Stage:
-    """Base class of stateful pipeline stages (see the module docstring for the contract)."""
+def guarded(
+    src: Iterable[Any], fn: Callable[[Any], Any], handler: Handler, stats: StageStats, drop_none: bool
+) -> Iterator[Any]:
+    """``fn`` over ``src`` under an error policy: the one try/handler/skip loop.
 
-    epoch: int = 0
+    The handler decides per exception: True skips the item (counted in ``stats``), False ends
+    the stream (counted), or it re-raises. With ``drop_none``, a ``None`` result drops the item.
+    """
+    for item in src:
+        try:
+            out = fn(item)
+        except Exception as exn:
+            go_on = handler(exn)
+            stats.record(exn)
+            if go_on:
+                continue
+            return
+        if drop_none and out is None:
+            continue
+        yield out
+
+
+class Node:
+    """A stage's running iterator for one epoch (see the module docstring for the contract)."""
+
+    stateful: bool = True
+    tell: Callable[[], Any] | None = None
+    _it: Iterator[Any]
+
+    def __init__(self, upstream: Node | None = None) -> None:
+        self.upstream = upstream
+
+    def __iter__(self) -> Iterator[Any]:
+        return self._it
+
+    def __next__(self) -> Any:
+        return next(self._it)
+
+    def state_dict(self) -> StateDict:
+        """This node's own state after the last item it yielded (upstream nodes save theirs)."""
+        return {}
+
+    def item_at(self, token: Any) -> Any:
+        """The item whose position ``tell()`` reported as ``token``, produced again."""
+        raise StateError(
+            f"{type(self).__name__} cannot produce an item from its position; a shuffle buffer "
+            "over it cannot be saved as positions"
+        )
+
+    def item(self, k: int) -> Any:
+        """The ``k``-th item of this epoch's output, for nodes whose output is a known list."""
+        raise StateError(f"{type(self).__name__} has no random access to its items")
+
+    def close(self) -> None:
+        close = getattr(self._it, "close", None)
+        if close is not None:
+            close()
+
+
+class ListNode(Node):
+    """Yields a list known when the epoch starts; the state is the index of the next item."""
+
+    def __init__(self, items: Sequence[Any], state: StateDict | None = None) -> None:
+        super().__init__(None)
+        self.items = items
+        self.next = int((state or {}).get("next", 0))
+        self._it = self._run()
+
+    def _run(self) -> Iterator[Any]:
+        items = self.items
+        while self.next < len(items):
+            i = self.next
+            self.next = i + 1
+            yield items[i]
+
+    def item(self, k: int) -> Any:
+        return self.items[k]
+
+    def state_dict(self) -> StateDict:
+        return {"next": self.next}
+
+
+class _ForeignNode(Node):
+    stateful = False
+
+    def __init__(self, src: Iterable[Any]) -> None:
+        super().__init__(None)
+        self._it = iter(src)
+
+
+def IterNode(src: Iterable[Any], state: StateDict | None = None) -> Node:  # noqa: N802 - a node factory
+    """A node over a source that is not a stage: a ``list``/``tuple`` is stateful (an index),
+    anything else (a DataLoader, a generator) is not (its pipeline replays on restore)."""
+    if isinstance(src, (list, tuple)):
+        return ListNode(src, state)
+    return _ForeignNode(src)
+
+
+class Stage:
+    """Configuration of one pipeline step; :meth:`build` makes its running :class:`Node`.
+
+    A Stage is also callable on an iterable, as WebDataset stages are: ``stage(src)`` builds a
+    node over ``src`` with a context detected now (epoch 0), for use outside a pipeline.
+    """
+
+    #: Set by stages whose output count equals their input count (used for positions).
+    one_to_one: bool = False
+
+    def build(self, upstream: Node | None, ctx: RunContext, state: StateDict | None = None) -> Node:
+        raise NotImplementedError(f"{type(self).__name__} must implement build(upstream, ctx, state)")
 
     def __call__(self, src: Iterable[Any]) -> Iterator[Any]:
-        return self.run(iter(src))
-
-    def run(self, src: Iterator[Any]) -> Iterator[Any]:
-        """Transform the upstream iterator; implemented by every subclass."""
-        raise NotImplementedError(f"{type(self).__name__} must implement run(src)")
+        upstream = src if isinstance(src, Node) else IterNode(src)
+        return iter(self.build(upstream, RunContext.detect()))
 
     @property
     def stats(self) -> StageStats:
@@ -60,40 +220,67 @@ class Stage:
             stats = self.__dict__["_stats"] = StageStats()
         return stats
 
-    def handle(self, handler: Handler, exn: BaseException) -> bool:
-        """Apply ``handler`` to ``exn``; count the skip when the handler decides to go on."""
-        go_on = handler(exn)
-        self.stats.record(exn)
-        return go_on
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def get_state(self) -> dict[str, Any]:
-        return {"epoch": self.epoch}
-
-    def reset(self, state: dict[str, Any] | None = None) -> None:
-        if state is not None:
-            self.epoch = int(state.get("epoch", self.epoch))
-
     def close(self) -> None:
-        pass
+        """Release resources the configuration holds (running nodes are closed by the pipeline)."""
 
 
 # WebDataset name for the stage base class.
 PipelineStage = Stage
 
 
+class _MapNode(Node):
+    def __init__(self, stage: MapStage, upstream: Node) -> None:
+        super().__init__(upstream)
+        self.fn = stage.function()
+        self.tell = upstream.tell
+        self._it = guarded(upstream, self.fn, stage.handler, stage.stats, stage.drop_none)
+
+    def item_at(self, token: Any) -> Any:
+        assert self.upstream is not None
+        return self.fn(self.upstream.item_at(token))
+
+
+class MapStage(Stage):
+    """A one-to-one stage: ``function()`` returns the per-item function, applied under ``handler``.
+
+    A skipped item (handler True, or a ``None`` result with ``drop_none``) is simply not yielded,
+    so the stage keeps no state of its own and forwards positions (``tell``/``item_at``).
+    """
+
+    one_to_one = True
+    handler: Handler
+    drop_none: bool = False
+
+    def function(self) -> Callable[[Any], Any]:
+        raise NotImplementedError
+
+    def build(self, upstream: Node | None, ctx: RunContext, state: StateDict | None = None) -> Node:
+        if upstream is None:
+            raise StateError(f"{type(self).__name__} needs an upstream stage")
+        return _MapNode(self, upstream)
+
+
+class _FunctionNode(Node):
+    stateful = False
+
+    def __init__(self, it: Iterator[Any], upstream: Node | None) -> None:
+        super().__init__(upstream)
+        self._it = it
+
+
 class FunctionStage(Stage):
-    """A generator function with its arguments bound: ``run(src) = f(src, *args, **kw)``."""
+    """A generator function with its arguments bound: ``f(src, *args, **kw)``.
+
+    Plain functions cannot save state; a pipeline holding one saves a replay count instead.
+    """
 
     def __init__(self, f: Callable[..., Iterator[Any]], *args: Any, **kw: Any) -> None:
         self.f = f
         self.args = args
         self.kw = kw
 
-    def run(self, src: Iterator[Any]) -> Iterator[Any]:
-        return self.f(src, *self.args, **self.kw)
+    def build(self, upstream: Node | None, ctx: RunContext, state: StateDict | None = None) -> Node:
+        return _FunctionNode(iter(self.f(upstream, *self.args, **self.kw)), upstream)
 
     def __repr__(self) -> str:
         name = getattr(self.f, "__name__", repr(self.f))

@@ -7,11 +7,19 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
-from torch.utils.data import get_worker_info
 
-from .base import Stage
+from ._torch import in_worker
+from .base import Node, RunContext, Stage, StateDict
 
-__all__ = ["Batched", "batched", "default_collation_fn", "listed", "unbatched", "unlisted"]
+__all__ = [
+    "Batched",
+    "Expand",
+    "batched",
+    "default_collation_fn",
+    "listed",
+    "unbatched",
+    "unlisted",
+]
 
 Collate = Callable[[list[Any]], Any]
 
@@ -47,7 +55,7 @@ def _combine(values: list[Any], combine_tensors: bool, combine_scalars: bool) ->
                 first.dtype.kind in "biuf"
                 and first.nbytes >= _SHARED_MIN_BYTES
                 and all(v.shape == first.shape and v.dtype == first.dtype for v in values)
-                and get_worker_info() is not None  # inside a DataLoader worker
+                and in_worker()
             ):
                 return _stack_into_shared_tensor(values)
             return np.stack(values)
@@ -90,8 +98,48 @@ def default_collation_fn(
     return _combine(list(samples), combine_tensors, combine_scalars)
 
 
+class _BatchNode(Node):
+    def __init__(self, stage: Batched, upstream: Node) -> None:
+        super().__init__(upstream)
+        self.stage = stage
+        self.up_tell = upstream.tell
+        self.positions: list[Any] = []
+        if upstream.tell is not None:
+            self.tell = self._tell
+        self._it = self._run()
+
+    def _tell(self) -> list[Any]:
+        return self.positions
+
+    def item_at(self, token: Any) -> Any:
+        assert self.upstream is not None
+        items = [self.upstream.item_at(t) for t in token]
+        collate = self.stage.collation_fn
+        return collate(items) if collate is not None else items
+
+    def _run(self) -> Iterator[Any]:
+        assert self.upstream is not None
+        size, collate, tell = self.stage.batchsize, self.stage.collation_fn, self.up_tell
+        batch: list[Any] = []
+        positions: list[Any] = []
+        for sample in self.upstream:
+            batch.append(sample)
+            if tell is not None:
+                positions.append(tell())
+            if len(batch) == size:
+                self.positions = positions
+                yield collate(batch) if collate is not None else batch
+                batch, positions = [], []
+        if batch and self.stage.partial:
+            self.positions = positions
+            yield collate(batch) if collate is not None else batch
+
+
 class Batched(Stage):
     """Group samples into batches of ``batchsize`` and collate them.
+
+    Between two batches nothing is pending, so the stage keeps no state of its own; a batch's
+    position (for a shuffle or unbatch after it) is the list of its samples' positions.
 
     Args:
         batchsize: samples per batch.
@@ -109,16 +157,10 @@ class Batched(Stage):
         self.collation_fn = collation_fn
         self.partial = partial
 
-    def run(self, src: Iterator[Any]) -> Iterator[Any]:
-        size, collate = self.batchsize, self.collation_fn
-        batch: list[Any] = []
-        for sample in src:
-            batch.append(sample)
-            if len(batch) == size:
-                yield collate(batch) if collate is not None else batch
-                batch = []
-        if batch and self.partial:
-            yield collate(batch) if collate is not None else batch
+    def build(self, upstream: Node | None, ctx: RunContext, state: StateDict | None = None) -> Node:
+        if upstream is None:
+            raise ValueError("batched needs an upstream stage")
+        return _BatchNode(self, upstream)
 
 
 def batched(
@@ -132,26 +174,84 @@ def listed(batchsize: int = 20, partial: bool = True) -> Batched:
     return Batched(batchsize, None, partial)
 
 
-class _Unbatched(Stage):
-    def run(self, src: Iterator[Any]) -> Iterator[Any]:
-        for batch in src:
-            if isinstance(batch, dict):
-                lengths = {len(v) for v in batch.values()}
-                if len(lengths) != 1:
-                    raise ValueError(f"cannot unbatch a dict whose columns have lengths {sorted(lengths)}")
-                keys = list(batch)
-                for i in range(lengths.pop()):
-                    yield {k: batch[k][i] for k in keys}
-            elif isinstance(batch, (list, tuple)):
-                yield from zip(*batch, strict=True)
-            else:
-                raise ValueError(f"cannot unbatch a {type(batch).__name__}; expected a tuple or dict batch")
+class _ExpandNode(Node):
+    def __init__(self, stage: Expand, upstream: Node, state: StateDict | None) -> None:
+        super().__init__(upstream)
+        state = state or {}
+        self.stage = stage
+        self.token: Any = state.get("token")
+        self.next = int(state.get("next", 0))
+        self.count = 0
+        self.stateful = upstream.tell is not None
+        pending: list[Any] = []
+        if self.token is not None:
+            pending = stage.expand(upstream.item_at(self.token))
+            self.count = len(pending)
+        if upstream.tell is not None:
+            self.tell = self._tell
+        self._it = self._run(pending)
+
+    def _tell(self) -> list[Any]:
+        return [self.token, self.next - 1]
+
+    def item_at(self, token: Any) -> Any:
+        assert self.upstream is not None
+        return self.stage.expand(self.upstream.item_at(token[0]))[token[1]]
+
+    def state_dict(self) -> StateDict:
+        if self.token is None or self.next >= self.count:
+            return {}
+        return {"token": self.token, "next": self.next}
+
+    def _run(self, pending: list[Any]) -> Iterator[Any]:
+        assert self.upstream is not None
+        expand, tell = self.stage.expand, self.upstream.tell
+        if pending:
+            while self.next < len(pending):
+                self.next += 1
+                yield pending[self.next - 1]
+        for item in self.upstream:
+            parts = expand(item)
+            self.token = tell() if tell is not None else None
+            self.next, self.count = 0, len(parts)
+            for part in parts:
+                self.next += 1
+                yield part
+        self.token = None
 
 
-class _Unlisted(Stage):
-    def run(self, src: Iterator[Any]) -> Iterator[Any]:
-        for batch in src:
-            yield from batch
+class Expand(Stage):
+    """A one-to-many stage: ``expand(item)`` returns the items to yield in its place.
+
+    Its state is the position of the item being expanded and how many of its parts were
+    yielded; restoring produces that item again (``item_at``) and yields the rest.
+    """
+
+    def expand(self, item: Any) -> list[Any]:
+        raise NotImplementedError
+
+    def build(self, upstream: Node | None, ctx: RunContext, state: StateDict | None = None) -> Node:
+        if upstream is None:
+            raise ValueError(f"{type(self).__name__} needs an upstream stage")
+        return _ExpandNode(self, upstream, state)
+
+
+class _Unbatched(Expand):
+    def expand(self, batch: Any) -> list[Any]:
+        if isinstance(batch, dict):
+            lengths = {len(v) for v in batch.values()}
+            if len(lengths) != 1:
+                raise ValueError(f"cannot unbatch a dict whose columns have lengths {sorted(lengths)}")
+            keys = list(batch)
+            return [{k: batch[k][i] for k in keys} for i in range(lengths.pop())]
+        if isinstance(batch, (list, tuple)):
+            return list(zip(*batch, strict=True))
+        raise ValueError(f"cannot unbatch a {type(batch).__name__}; expected a tuple or dict batch")
+
+
+class _Unlisted(Expand):
+    def expand(self, batch: Any) -> list[Any]:
+        return list(batch)
 
 
 def unbatched() -> Stage:

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable
 from typing import Any
 
-from .base import Stage
 from ..handlers import Handler, reraise_exception
+from .base import MapStage
 
 __all__ = ["Decode", "decode"]
 
 
-class Decode(Stage):
+class Decode(MapStage):
     """Decode each sample with a decoder built from WebDataset-style arguments.
 
     ``Decode("pil")``, ``Decode("rgb8", handle_extension("cls", int))``; ``allow_pickle=True``
@@ -24,16 +24,8 @@ class Decode(Stage):
         self.decoder = make_decoder(*args, **kw)
         self.handler = handler
 
-    def run(self, src: Iterator[Any]) -> Iterator[Any]:
-        decoder = self.decoder
-        for sample in src:
-            try:
-                result = decoder(sample)
-            except Exception as exn:
-                if self.handle(self.handler, exn):
-                    continue
-                break
-            yield result
+    def function(self) -> Callable[[Any], Any]:
+        return self.decoder
 
 
 def decode(*args: Any, handler: Handler = reraise_exception, **kw: Any) -> Decode:

@@ -1,195 +1,168 @@
-"""Small WebDataset stages: slice, rsample, info, associate, non_empty, resampled, repeatedly."""
+"""Small stages: info, associate, non_empty, CheckEmpty, Cached, xdecode."""
 
 from __future__ import annotations
 
-import itertools
+import fnmatch
 import logging
-import random
-import sys
-from collections.abc import Callable, Iterable, Iterator
+import re
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from torch.utils.data import IterableDataset
+from ..errors import ConfigurationError
+from ..handlers import reraise_exception
+from .base import MapStage, Node, RunContext, Stage, StateDict
 
-from ..shards.world import World, derive_seed
-from .base import Stage, pipelinefilter
-
-__all__ = [
-    "Cached",
-    "MockDataset",
-    "associate",
-    "info",
-    "non_empty",
-    "repeatedly",
-    "resampled",
-    "rsample",
-    "slice",
-    "with_epoch",
-    "with_length",
-    "xdecode",
-]
+__all__ = ["Cached", "CheckEmpty", "associate", "info", "non_empty", "xdecode"]
 
 log = logging.getLogger(__name__)
 
 
-class _Slice(Stage):
-    def __init__(self, *args: int | None) -> None:
-        self.args = args
+class _Info(MapStage):
+    """Log the first ``n`` samples (and every ``every``-th) at INFO; samples pass unchanged."""
 
-    def run(self, src: Iterator[Any]) -> Iterator[Any]:
-        return itertools.islice(src, *self.args)
+    def __init__(
+        self,
+        fmt: str | None = None,
+        n: int = 3,
+        every: int = -1,
+        width: int = 50,
+        stream: Any = None,
+        name: str = "",
+    ) -> None:
+        if stream is not None:
+            raise TypeError("info(stream=...) is not supported: shardstream logs (logger 'shardstream')")
+        self.fmt, self.n, self.every, self.width, self.name = fmt, n, every, width, name
+        self.handler = reraise_exception
+        self.count = 0
 
+    def function(self) -> Callable[[Any], Any]:
+        def apply(sample: Any) -> Any:
+            i = self.count
+            self.count = i + 1
+            if i < self.n or (self.every > 0 and (i + 1) % self.every == 0):
+                text = self.fmt.format(**sample) if self.fmt is not None else repr(sample)[: self.width]
+                log.info("%s %d %s", self.name, i, text)
+            return sample
 
-def slice(*args: int | None) -> Stage:  # noqa: A001 - WebDataset name
-    """``slice(stop)`` / ``slice(start, stop[, step])`` over the stream."""
-    return _Slice(*args)
-
-
-class _RandomSample(Stage):
-    def __init__(self, p: float) -> None:
-        self.p = p
-
-    def run(self, src: Iterator[Any]) -> Iterator[Any]:
-        world = World.current()
-        draw = random.Random(derive_seed(None, "rsample", self.epoch, world.rank, world.worker)).random
-        p = self.p
-        return (x for x in src if draw() < p)
-
-
-def rsample(p: float = 0.5) -> Stage:
-    """Keep each sample with probability ``p`` (seeded per epoch, rank and worker)."""
-    return _RandomSample(p)
-
-
-def _info(
-    data: Iterator[Any],
-    fmt: str | None = None,
-    n: int = 3,
-    every: int = -1,
-    width: int = 50,
-    stream: Any = None,
-    name: str = "",
-) -> Iterator[Any]:
-    for i, sample in enumerate(data):
-        if i < n or (every > 0 and (i + 1) % every == 0):
-            text = fmt.format(**sample) if fmt is not None else repr(sample)[:width]
-            log.info("%s %d %s", name, i, text)
-        yield sample
+        return apply
 
 
-info = pipelinefilter(_info)
+def info(
+    fmt: str | None = None, n: int = 3, every: int = -1, width: int = 50, stream: Any = None, name: str = ""
+) -> Stage:
+    """Log samples as they pass (WebDataset's ``info``, through logging)."""
+    return _Info(fmt, n, every, width, stream, name)
 
 
-def _associate(
-    data: Iterator[Any], associator: Callable[[str], dict[str, Any]] | dict[str, Any], **kw: Any
-) -> Iterator[Any]:
-    for sample in data:
-        extra = associator(sample["__key__"]) if callable(associator) else associator.get(sample["__key__"])
-        if extra is not None:
-            sample = {**sample, **extra}
-        yield sample
+class _Associate(MapStage):
+    def __init__(self, associator: Callable[[str], dict[str, Any]] | dict[str, Any]) -> None:
+        self.associator = associator
+        self.handler = reraise_exception
+
+    def function(self) -> Callable[[Any], Any]:
+        associator = self.associator
+
+        def apply(sample: Any) -> Any:
+            key = sample["__key__"]
+            extra = associator(key) if callable(associator) else associator.get(key)
+            return {**sample, **extra} if extra is not None else sample
+
+        return apply
 
 
-associate = pipelinefilter(_associate)
+def associate(associator: Callable[[str], dict[str, Any]] | dict[str, Any]) -> Stage:
+    """Merge ``associator(key)`` (or ``associator[key]``) into each sample."""
+    return _Associate(associator)
 
 
-def _non_empty(src: Iterator[Any]) -> Iterator[Any]:
-    count = 0
-    for s in src:
-        count += 1
-        yield s
-    if count == 0:
-        raise ValueError("the shard list is empty; check the spec (pipeline stage non_empty)")
+class _NonEmptyNode(Node):
+    def __init__(self, upstream: Node, state: StateDict | None) -> None:
+        super().__init__(upstream)
+        self.seen = bool((state or {}).get("seen", False))
+        self.tell = upstream.tell
+        self.item_at = upstream.item_at  # type: ignore[method-assign]
+        self._it = self._run()
 
-
-def non_empty(src: Iterable[Any]) -> Iterator[Any]:
-    """Pass items through; raise if there were none."""
-    return _non_empty(iter(src))
-
-
-def _resampled(src: Iterator[Any], n: int = sys.maxsize) -> Iterator[Any]:
-    items = list(src)
-    world = World.current()
-    rng = random.Random(derive_seed(None, "resampled", world.rank, world.worker))
-    for _ in range(n):
-        yield items[int(rng.random() * len(items))]
-
-
-resampled = pipelinefilter(_resampled)
-
-
-def repeatedly(
-    source: Iterable[Any],
-    nepochs: int | None = None,
-    nbatches: int | None = None,
-    nsamples: int | None = None,
-    batchsize: Callable[[Any], int] | None = None,
-) -> Iterator[Any]:
-    """Iterate ``source`` again and again, stopping after ``nepochs``/``nbatches``/``nsamples``."""
-    count_batches = 0
-    count_samples = 0
-    for epoch in itertools.count():
-        if nepochs is not None and epoch >= nepochs:
-            return
-        for item in source:
+    def _run(self) -> Iterator[Any]:
+        assert self.upstream is not None
+        for item in self.upstream:
+            self.seen = True
             yield item
-            count_batches += 1
-            count_samples += batchsize(item) if batchsize is not None else 1
-            if nbatches is not None and count_batches >= nbatches:
-                return
-            if nsamples is not None and count_samples >= nsamples:
-                return
+        if not self.seen:
+            raise ValueError("the shard list is empty; check the spec (pipeline stage non_empty)")
+
+    def state_dict(self) -> StateDict:
+        return {"seen": self.seen}
 
 
-class with_epoch(IterableDataset):  # type: ignore[type-arg]  # noqa: N801
-    """Wrap a dataset so each iteration yields exactly ``length`` items, continuing across epochs."""
-
-    def __init__(self, dataset: Iterable[Any], length: int) -> None:
-        self.dataset = dataset
-        self.length = length
-        self.source: Iterator[Any] | None = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "source": None}
-
-    def __iter__(self) -> Iterator[Any]:
-        if self.source is None:
-            self.source = iter(self.dataset)
-        for _ in range(self.length):
-            try:
-                yield next(self.source)
-            except StopIteration:
-                self.source = iter(self.dataset)
-                try:
-                    yield next(self.source)
-                except StopIteration:
-                    return
+class _NonEmpty(Stage):
+    def build(self, upstream: Node | None, ctx: RunContext, state: StateDict | None = None) -> Node:
+        if upstream is None:
+            raise ValueError("non_empty needs an upstream stage")
+        return _NonEmptyNode(upstream, state)
 
 
-class with_length(IterableDataset):  # type: ignore[type-arg]  # noqa: N801
-    """Wrap a dataset and give it a ``len()`` (does not change what it yields)."""
+class _CheckEmptyNode(_NonEmptyNode):
+    def __init__(self, upstream: Node, ctx: RunContext, nshards: int | None, state: StateDict | None) -> None:
+        self.ctx, self.nshards = ctx, nshards
+        super().__init__(upstream, state)
 
-    def __init__(self, dataset: Iterable[Any], length: int) -> None:
-        self.dataset = dataset
-        self.length = length
+    def _run(self) -> Iterator[Any]:
+        assert self.upstream is not None
+        # Peek at the first item, then delegate with ``yield from`` (a C-level loop) instead of
+        # counting every item in Python.
+        src = iter(self.upstream)
+        if not self.seen:
+            first = next(src, _END)
+            if first is _END:
+                world = self.ctx.world
+                raise ConfigurationError(
+                    f"no samples in this epoch for rank {world.rank}/{world.world_size}, worker "
+                    f"{world.worker}/{world.num_workers} ({self.nshards} shards in the spec). Check that "
+                    "the shards are non-empty tar files with dotted member names (key.ext), and that "
+                    "there are at least as many shards as ranks x workers. Pass empty_check=False if "
+                    "an empty epoch is expected."
+                )
+            self.seen = True
+            yield first
+        yield from src
 
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self.dataset)
 
-    def __len__(self) -> int:
-        return self.length
+class CheckEmpty(Stage):
+    """Raise a clear error when an epoch yields nothing (``nshards``: for the message)."""
+
+    def __init__(self, nshards: int | None = None) -> None:
+        self.nshards = nshards
+
+    def build(self, upstream: Node | None, ctx: RunContext, state: StateDict | None = None) -> Node:
+        if upstream is None:
+            raise ValueError("CheckEmpty needs an upstream stage")
+        return _CheckEmptyNode(upstream, ctx, self.nshards, state)
 
 
-class MockDataset(IterableDataset):  # type: ignore[type-arg]
-    """Yields the same ``sample`` ``length`` times (for pipeline tests)."""
+_END = object()
 
-    def __init__(self, sample: Any, length: int) -> None:
-        self.sample = sample
-        self.length = length
+non_empty = _NonEmpty()
+"""Pass items through; raise if there were none (usable as ``non_empty(src)`` too)."""
 
-    def __iter__(self) -> Iterator[Any]:
-        for _ in range(self.length):
-            yield self.sample
+
+class _CachedNode(Node):
+    stateful = False  # the first pass's samples live in memory only
+
+    def __init__(self, stage: Cached, upstream: Node) -> None:
+        super().__init__(upstream)
+        self._it = self._run(stage)
+
+    def _run(self, stage: Cached) -> Iterator[Any]:
+        if stage.cached is not None:
+            yield from stage.cached
+            return
+        assert self.upstream is not None
+        collected: list[Any] = []
+        for sample in self.upstream:
+            collected.append(sample)
+            yield sample
+        stage.cached = collected
 
 
 class Cached(Stage):
@@ -198,18 +171,13 @@ class Cached(Stage):
     def __init__(self) -> None:
         self.cached: list[Any] | None = None
 
-    def run(self, src: Iterator[Any]) -> Iterator[Any]:
-        if self.cached is not None:
-            yield from self.cached
-            return
-        collected: list[Any] = []
-        for sample in src:
-            collected.append(sample)
-            yield sample
-        self.cached = collected
+    def build(self, upstream: Node | None, ctx: RunContext, state: StateDict | None = None) -> Node:
+        if upstream is None:
+            raise ValueError("Cached needs an upstream stage")
+        return _CachedNode(self, upstream)
 
 
-class _XDecode(Stage):
+class _XDecode(MapStage):
     def __init__(
         self,
         *args: tuple[str, Callable[[bytes], Any]],
@@ -217,17 +185,18 @@ class _XDecode(Stage):
         defaults: bool = True,
         **kw: Callable[[bytes], Any],
     ) -> None:
-        import fnmatch
-
         patterns = [*args, *(("*." + k, v) for k, v in kw.items())]
         self.rules = [(fnmatch.translate(p), f) for p, f in patterns]
         self.must_decode = must_decode
+        self.handler = reraise_exception
+        if not defaults:
+            raise TypeError("xdecode(defaults=False) is not supported: fields without a rule are kept as-is")
 
-    def run(self, src: Iterator[Any]) -> Iterator[Any]:
-        import re
-
+    def function(self) -> Callable[[Any], Any]:
         rules = [(re.compile(p), f) for p, f in self.rules]
-        for sample in src:
+        must_decode = self.must_decode
+
+        def apply(sample: Any) -> Any:
             out = dict(sample)
             for key, value in sample.items():
                 if key.startswith("__"):
@@ -237,12 +206,14 @@ class _XDecode(Stage):
                         out[key] = f(value)
                         break
                 else:
-                    if self.must_decode and not isinstance(value, (str, int, float)):
+                    if must_decode and not isinstance(value, (str, int, float)):
                         raise ValueError(
                             f"xdecode: no rule for field {key!r} of sample {sample.get('__key__')!r}; "
                             "add a pattern or pass must_decode=False"
                         )
-            yield out
+            return out
+
+        return apply
 
 
 def xdecode(

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from .base import Stage
 from ..handlers import Handler, reraise_exception
+from .base import MapStage, Stage
 
 __all__ = ["Rename", "ToTuple", "extract_keys", "getfirst", "rename", "rename_keys", "to_tuple"]
 
@@ -38,7 +38,7 @@ def getfirst(
     return default
 
 
-class ToTuple(Stage):
+class ToTuple(MapStage):
     """Turn dict samples into tuples of the named fields (``"jpg;png"`` picks the first present)."""
 
     def __init__(
@@ -55,29 +55,27 @@ class ToTuple(Stage):
         self.missing_is_error = missing_is_error
         self.none_is_error = missing_is_error if none_is_error is None else none_is_error
 
-    def run(self, src: Iterator[Any]) -> Iterator[Any]:
-        fields = self.fields
+    def function(self) -> Callable[[Any], Any]:
+        fields, missing_is_error, none_is_error = self.fields, self.missing_is_error, self.none_is_error
         simple = all(len(f) == 1 for f in fields)
         names = [f[0] for f in fields]
-        for sample in src:
-            try:
-                if simple:
-                    # Fast path: one name per field; a KeyError falls back to the full lookup
-                    # for a message that names what the sample does contain.
-                    try:
-                        result = tuple([sample[n] for n in names])
-                    except KeyError:
-                        result = tuple(getfirst(sample, f, None, self.missing_is_error) for f in fields)
-                else:
-                    result = tuple(getfirst(sample, f, None, self.missing_is_error) for f in fields)
-                # Identity test: "None in result" would call __eq__ on numpy arrays and fail.
-                if self.none_is_error and any(x is None for x in result):
-                    raise ValueError(f"to_tuple{tuple(names)} found None in sample {sample.get('__key__')!r}")
-            except Exception as exn:
-                if self.handle(self.handler, exn):
-                    continue
-                break
-            yield result
+
+        def apply(sample: Any) -> Any:
+            if simple:
+                # Fast path: one name per field; a KeyError falls back to the full lookup for
+                # a message that names what the sample does contain.
+                try:
+                    result = tuple([sample[n] for n in names])
+                except KeyError:
+                    result = tuple(getfirst(sample, f, None, missing_is_error) for f in fields)
+            else:
+                result = tuple(getfirst(sample, f, None, missing_is_error) for f in fields)
+            # Identity test: "None in result" would call __eq__ on numpy arrays and fail.
+            if none_is_error and any(x is None for x in result):
+                raise ValueError(f"to_tuple{tuple(names)} found None in sample {sample.get('__key__')!r}")
+            return result
+
+        return apply
 
 
 def to_tuple(
@@ -89,7 +87,7 @@ def to_tuple(
     return ToTuple(*fields, handler=handler, missing_is_error=missing_is_error, none_is_error=none_is_error)
 
 
-class Rename(Stage):
+class Rename(MapStage):
     """Rename fields: ``rename(image="jpg;png", label="cls")``; ``keep=False`` drops the rest."""
 
     def __init__(self, handler: Handler = reraise_exception, keep: bool = True, **kw: str) -> None:
@@ -98,46 +96,47 @@ class Rename(Stage):
         self.mapping = {new: _alternatives(old) for new, old in kw.items()}
         self.replaced = {old for olds in self.mapping.values() for old in olds}
 
-    def run(self, src: Iterator[Any]) -> Iterator[Any]:
-        for sample in src:
-            try:
-                renamed = {new: getfirst(sample, olds) for new, olds in self.mapping.items()}
-                if self.keep:
-                    result = {k: v for k, v in sample.items() if k not in self.replaced}
-                    result.update(renamed)
-                else:
-                    result = renamed
-            except Exception as exn:
-                if self.handle(self.handler, exn):
-                    continue
-                break
-            yield result
+    def function(self) -> Callable[[Any], Any]:
+        mapping, keep, replaced = self.mapping, self.keep, self.replaced
+
+        def apply(sample: Any) -> Any:
+            renamed = {new: getfirst(sample, olds) for new, olds in mapping.items()}
+            if not keep:
+                return renamed
+            result = {k: v for k, v in sample.items() if k not in replaced}
+            result.update(renamed)
+            return result
+
+        return apply
 
 
 def rename(handler: Handler = reraise_exception, keep: bool = True, **kw: str) -> Rename:
     return Rename(handler, keep, **kw)
 
 
-class _ExtractKeys(Stage):
+class _ExtractKeys(MapStage):
     def __init__(self, *patterns: str, duplicate_is_error: bool = True, ignore_missing: bool = False) -> None:
         self.patterns = patterns
         self.duplicate_is_error = duplicate_is_error
         self.ignore_missing = ignore_missing
+        self.handler = reraise_exception
 
-    def run(self, src: Iterator[Any]) -> Iterator[Any]:
-        for sample in src:
-            result: list[Any] = []
-            for pattern in self.patterns:
-                matches = [v for k, v in sample.items() if fnmatch.fnmatch("." + k, "*." + pattern)]
-                if not matches:
-                    if self.ignore_missing:
-                        result.append(None)
-                        continue
-                    raise KeyError(f"no field of sample {sample.get('__key__')!r} matches {pattern!r}")
-                if len(matches) > 1 and self.duplicate_is_error:
-                    raise ValueError(f"several fields of sample {sample.get('__key__')!r} match {pattern!r}")
-                result.append(matches[0])
-            yield tuple(result)
+    def function(self) -> Callable[[Any], Any]:
+        return self._extract
+
+    def _extract(self, sample: Any) -> Any:
+        result: list[Any] = []
+        for pattern in self.patterns:
+            matches = [v for k, v in sample.items() if fnmatch.fnmatch("." + k, "*." + pattern)]
+            if not matches:
+                if self.ignore_missing:
+                    result.append(None)
+                    continue
+                raise KeyError(f"no field of sample {sample.get('__key__')!r} matches {pattern!r}")
+            if len(matches) > 1 and self.duplicate_is_error:
+                raise ValueError(f"several fields of sample {sample.get('__key__')!r} match {pattern!r}")
+            result.append(matches[0])
+        return tuple(result)
 
 
 def extract_keys(*patterns: str, duplicate_is_error: bool = True, ignore_missing: bool = False) -> Stage:
@@ -145,7 +144,7 @@ def extract_keys(*patterns: str, duplicate_is_error: bool = True, ignore_missing
     return _ExtractKeys(*patterns, duplicate_is_error=duplicate_is_error, ignore_missing=ignore_missing)
 
 
-class _RenameKeys(Stage):
+class _RenameKeys(MapStage):
     def __init__(
         self,
         *args: tuple[str, str],
@@ -158,28 +157,31 @@ class _RenameKeys(Stage):
         self.keep_unselected = keep_unselected
         self.must_match = must_match
         self.duplicate_is_error = duplicate_is_error
+        self.handler = reraise_exception
 
-    def run(self, src: Iterator[Any]) -> Iterator[Any]:
-        for sample in src:
-            out: dict[str, Any] = {}
-            matched: set[str] = set()
-            for key, value in sample.items():
-                for new, pat in self.rules:
-                    if pat.match(key):
-                        if new in out and self.duplicate_is_error:
-                            raise ValueError(
-                                f"rename_keys: two fields map to {new!r} in {sample.get('__key__')!r}"
-                            )
-                        out[new] = value
-                        matched.add(new)
-                        break
-                else:
-                    if self.keep_unselected or key.startswith("__"):
-                        out[key] = value
-            if self.must_match and len(matched) < len(self.rules):
-                missing = [new for new, _ in self.rules if new not in matched]
-                raise KeyError(f"rename_keys: no field for {missing} in sample {sample.get('__key__')!r}")
-            yield out
+    def function(self) -> Callable[[Any], Any]:
+        return self._rename
+
+    def _rename(self, sample: Any) -> Any:
+        out: dict[str, Any] = {}
+        matched: set[str] = set()
+        for key, value in sample.items():
+            for new, pat in self.rules:
+                if pat.match(key):
+                    if new in out and self.duplicate_is_error:
+                        raise ValueError(
+                            f"rename_keys: two fields map to {new!r} in {sample.get('__key__')!r}"
+                        )
+                    out[new] = value
+                    matched.add(new)
+                    break
+            else:
+                if self.keep_unselected or key.startswith("__"):
+                    out[key] = value
+        if self.must_match and len(matched) < len(self.rules):
+            missing = [new for new, _ in self.rules if new not in matched]
+            raise KeyError(f"rename_keys: no field for {missing} in sample {sample.get('__key__')!r}")
+        return out
 
 
 def rename_keys(

@@ -1,4 +1,4 @@
-"""DataPipeline: a source followed by stages, iterated one epoch per ``iter()``."""
+"""DataPipeline: a source followed by stages; the owner of the epoch and of the pipeline's state."""
 
 from __future__ import annotations
 
@@ -7,12 +7,14 @@ import itertools
 import logging
 import sys
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
-from torch.utils.data import IterableDataset
-
-from .base import Stage, StageStats
+from ..errors import StateError
+from ..shards.world import World
+from ._build import ChainNode, Pass, build_one
+from ._torch import IterableDatasetBase, in_worker
+from .base import Node, RunContext, StageStats, StateDict
 
 __all__ = ["DataPipeline"]
 
@@ -20,38 +22,46 @@ log = logging.getLogger(__name__)
 
 
 def _close(it: object) -> None:
-    """Close an iterator now if it can be closed (generators can; islice, filter cannot)."""
+    """Close an iterator now if it can be closed (generators and nodes can; islice cannot)."""
     close = getattr(it, "close", None)
     if close is not None:
         close()
 
 
-def _is_source(obj: Any) -> bool:
-    return isinstance(obj, Iterable) and not isinstance(obj, (Stage, DataPipeline))
-
-
-class DataPipeline(IterableDataset):  # type: ignore[type-arg]
+class DataPipeline(IterableDatasetBase):  # type: ignore[type-arg]
     """A source followed by stages: ``DataPipeline(SimpleShardList(urls), tarfile_to_samples(), ...)``.
 
     The first argument is a source (an iterable such as a shard list, a dataset or a loader, or a
-    callable returning an iterator); each following argument is a stage called with the previous
-    iterator. Lists are flattened, ``None`` is ignored, and a DataPipeline works as a stage inside
-    another one (its own first element then also receives the upstream iterator).
+    callable returning an iterator); each following argument is a :class:`Stage` or a
+    WebDataset-style callable ``f(src) -> iterator``. Lists are flattened, ``None`` is ignored,
+    and a DataPipeline works as a stage inside another one.
 
-    Epochs: every ``iter(pipeline)`` is one epoch. The epoch number advances by one per
-    ``iter()``, or is set with :meth:`set_epoch` (as with DistributedSampler); it is passed to
-    every stage that has ``set_epoch``, so shard and sample shuffles differ per epoch.
+    Epochs: every ``iter(pipeline)`` is one epoch, numbered by this pipeline (the one owner of
+    the epoch): it advances by one per ``iter()``, or is set with :meth:`set_epoch`. Each epoch
+    builds a fresh node per stage with one :class:`RunContext` (epoch, world, seed).
+
+    State: :meth:`state_dict` saves where the running epoch is (every node's state), and
+    :meth:`load_state_dict` makes the next ``iter()`` continue from there. A pipeline holding a
+    stage that cannot save its state (a plain function) saves the number of items it yielded
+    instead, and restoring replays the epoch up to that point (exact, but not instant).
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, seed: int | None = None, world: World | None = None) -> None:
         super().__init__()
         self.pipeline: list[Any] = []
+        self.seed = seed
+        self.world = world
         self.epoch = -1
         self._next_epoch: int | None = None
         self.size: int | None = None
         self.repetitions = 1
         self.nsamples = -1
+        self._restore: StateDict | None = None
+        self._live: Pass | None = None
         self._continuing: Iterator[Any] | None = None
+        self._taken = 0
+        self._pass_index = 0
+        self._main_world: World | None = None
         self._running: weakref.WeakSet[Iterator[Any]] = weakref.WeakSet()
         for arg in args:
             if arg is None:
@@ -72,6 +82,8 @@ class DataPipeline(IterableDataset):  # type: ignore[type-arg]
         result.pipeline = list(self.pipeline)
         result._running = weakref.WeakSet()
         result._continuing = None
+        result._live = None
+        result._restore = None
         for arg in args:
             if arg is not None:
                 result.append(arg)
@@ -80,13 +92,38 @@ class DataPipeline(IterableDataset):  # type: ignore[type-arg]
     def stage(self, i: int) -> Any:
         return self.pipeline[i]
 
+    def build(self, upstream: Node | None, ctx: RunContext, state: StateDict | None = None) -> Node:
+        """Build this pipeline's nodes as one node (a pipeline nested inside another)."""
+        states = (state or {}).get("nodes")
+        return ChainNode(self._build_nodes(upstream, ctx, states))
+
+    def _build_nodes(
+        self, upstream: Node | None, ctx: RunContext, states: list[StateDict] | None
+    ) -> list[Node]:
+        if states is not None and len(states) != len(self.pipeline):
+            raise StateError(
+                f"the saved state has {len(states)} stages but this pipeline has {len(self.pipeline)}; "
+                "restore it into the pipeline it was saved from"
+            )
+        nodes: list[Node] = []
+        node = upstream
+        for i, f in enumerate(self.pipeline):
+            state = states[i] if states is not None else None
+            try:
+                node = build_one(f, node, ctx, state)
+            except BaseException:
+                for built in reversed(nodes):
+                    built.close()
+                raise
+            nodes.append(node)
+        if not nodes:
+            raise ValueError("an empty DataPipeline has no source; pass a shard list or dataset first")
+        return nodes
+
     # -- epochs ---------------------------------------------------------------------------------
     def set_epoch(self, epoch: int) -> None:
         """Use ``epoch`` for the next ``iter()`` (later ones continue from it)."""
         self._next_epoch = epoch
-        for step in self.pipeline:
-            if isinstance(step, DataPipeline):
-                step.set_epoch(epoch)
 
     def _advance_epoch(self) -> int:
         if self._next_epoch is not None:
@@ -95,65 +132,72 @@ class DataPipeline(IterableDataset):  # type: ignore[type-arg]
             self.epoch += 1
         return self.epoch
 
+    def context(self, epoch: int) -> RunContext:
+        """The run context of ``epoch`` in the calling process: the world is resolved here, once.
+
+        Explicit ``world=`` wins. A DataLoader worker started with *spawn* cannot see
+        ``torch.distributed`` (it is not initialised there) and may have no launcher variables;
+        it then uses the rank the main process recorded when it pickled this pipeline. Forked
+        workers and the main process detect it themselves, so a stale record (a copy made before
+        ``init_process_group``) never wins over a live answer.
+        """
+        if self.world is None:
+            live = World.current()
+            if live.world_size == 1 and self._main_world is not None and in_worker():
+                return RunContext(epoch, World.current(override=self._main_world), self.seed)
+            return RunContext(epoch, live, self.seed)
+        return RunContext.detect(epoch, self.seed, self.world)
+
     # -- running --------------------------------------------------------------------------------
-    @staticmethod
-    def _invoke(f: Any, upstream: Iterator[Any] | None, epoch: int) -> Iterator[Any]:
-        if hasattr(f, "set_epoch") and not isinstance(f, DataPipeline):
-            f.set_epoch(epoch)
-        if isinstance(f, DataPipeline):
-            return f._chain(upstream, epoch)
-        if upstream is None:
-            if _is_source(f):
-                return iter(f)
-            if callable(f):
-                return iter(f())
-            raise TypeError(f"{f!r} cannot start a pipeline: pass an iterable or a callable returning one")
-        if isinstance(f, Stage) or callable(f):
-            return iter(f(upstream))
-        raise TypeError(f"{f!r} is not a pipeline stage: stages are callables taking an iterator")
+    def _pass(self, epoch: int, states: list[StateDict] | None, replay: int = 0) -> Iterator[Any]:
+        """One pass over the source with ``epoch``'s context; closes every node when it ends."""
+        live = self._live = Pass(epoch)
+        nodes = live.nodes = self._build_nodes(None, self.context(epoch), states)
+        live.stateful = all(n.stateful for n in nodes)
+        last = nodes[-1]
+        try:
+            if replay:
+                for _ in itertools.islice(last, replay):
+                    pass
+                live.count = replay
+            if live.stateful:
+                yield from last
+            else:
+                for item in last:
+                    live.count += 1
+                    yield item
+            live.done = True
+        finally:
+            for node in reversed(nodes):
+                _close(node)
 
-    def _chain(
-        self, upstream: Iterator[Any] | None, epoch: int, built: list[Iterator[Any]] | None = None
-    ) -> Iterator[Any]:
-        it = upstream
-        for f in self.pipeline:
-            it = self._invoke(f, it, epoch)
-            if built is not None:
-                built.append(it)
-        if it is None:
-            raise ValueError("an empty DataPipeline has no source; pass a shard list or dataset first")
-        return it
-
-    def run(self, src: Iterable[Any]) -> Iterator[Any]:
-        """Run this pipeline's stages on ``src`` (used when nested as a stage)."""
-        return self._chain(iter(src), self.epoch if self.epoch >= 0 else 0)
-
-    def __call__(self, src: Iterable[Any]) -> Iterator[Any]:
-        return self.run(src)
+    def _start(self) -> tuple[int, list[StateDict] | None, int]:
+        """The epoch, node states and replay count the next pass starts from."""
+        state, self._restore = self._restore, None
+        if state is None:
+            return self._advance_epoch(), None, 0
+        self.epoch = int(state["epoch"])
+        self._next_epoch = None
+        return self.epoch, state.get("nodes"), int(state.get("replay", 0))
 
     def iterator1(self) -> Iterator[Any]:
-        """One pass over the source.
-
-        Every stage's iterator is closed when the pass ends, is closed, or raises. Without this,
-        an exception from user code would keep the upstream generators (and their open streams,
-        connections and child processes) alive through the traceback until garbage collection.
-        """
-        built: list[Iterator[Any]] = []
-        last = self._chain(None, self._advance_epoch(), built)
-        try:
-            yield from last
-        finally:
-            for it in reversed(built):
-                _close(it)
+        """One pass over the source, from a restored state if one was loaded."""
+        epoch, states, replay = self._start()
+        self._live = Pass(epoch)  # started: a state taken now names this epoch's beginning
+        return self._pass(epoch, states, replay)
 
     def __iter__(self) -> Iterator[Any]:
         inner: Iterator[Any]
         if self.nsamples > 0 and self.repetitions == sys.maxsize:
             # with_epoch(): epochs are windows of nsamples over a stream that continues across
             # epochs (restarting the source, with the next epoch's shard order, when it ends).
-            if self._continuing is None:
-                self._continuing = self._endless()
-            window = self._take(self._continuing, self.nsamples, close_stream=False)
+            restoring = self._restore is not None
+            taken = int(self._restore.get("taken", 0)) if self._restore is not None else 0
+            if self._continuing is None or restoring:
+                self._continuing = self._repeat_passes(sys.maxsize)
+            if not restoring:
+                taken = 0
+            window = self._window(self._continuing, self.nsamples - taken, taken)
             self._running.add(window)
             return window
         inner = self.iterator1() if self.repetitions == 1 else self._repeat_passes()
@@ -162,12 +206,16 @@ class DataPipeline(IterableDataset):  # type: ignore[type-arg]
         self._running.add(inner)
         return inner
 
+    def _window(self, stream: Iterator[Any], n: int, taken: int) -> Iterator[Any]:
+        self._taken = taken
+        for item in itertools.islice(stream, n):
+            self._taken += 1
+            yield item
+        self._taken = 0
+
     @staticmethod
     def _take(stream: Iterator[Any], n: int, *, close_stream: bool) -> Iterator[Any]:
-        """The next ``n`` items of ``stream``, as a generator (islice has no close(), so the
-        epoch's iterator could not be tracked and closed). ``close_stream`` closes the chain
-        underneath when this window ends or is closed, so a truncated epoch releases its
-        streams at once; with_epoch() leaves its continuing stream open for the next epoch."""
+        """The next ``n`` items of ``stream`` as a generator that closes the stream underneath."""
         try:
             yield from itertools.islice(stream, n)
         finally:
@@ -176,20 +224,60 @@ class DataPipeline(IterableDataset):  # type: ignore[type-arg]
 
     def _repeat_passes(self, passes: int | None = None) -> Iterator[Any]:
         """``passes`` passes over the source (default ``self.repetitions``); stops at an empty one."""
-        for _ in itertools.repeat(None, self.repetitions if passes is None else passes):
+        total = self.repetitions if passes is None else passes
+        restore = self._restore
+        first = int(restore.get("pass", 0)) if restore is not None and passes is None else 0
+        for j in range(first, total):
+            self._pass_index = j
+            resumed = self._restore is not None and ("nodes" in self._restore or "replay" in self._restore)
             count = 0
             for sample in self.iterator1():
                 count += 1
                 yield sample
-            if count == 0:
+            if count == 0 and not resumed:
                 return  # an empty pass: do not spin forever
 
-    def _endless(self) -> Iterator[Any]:
-        return self._repeat_passes(sys.maxsize)
+    # -- state ----------------------------------------------------------------------------------
+    def state_dict(self) -> StateDict:
+        """Where this pipeline is: the running epoch and every node's state (JSON-able).
+
+        Taken between two items; the next ``iter()`` after :meth:`load_state_dict` continues
+        with the item after the last one yielded. Between epochs, the state names the next
+        epoch with no node states (it starts from the beginning).
+        """
+        live = self._live
+        if live is None or live.done:
+            epoch = self._next_epoch if self._next_epoch is not None else self.epoch + 1
+            state: StateDict = {"epoch": epoch}
+        elif live.nodes is None:
+            state = {"epoch": live.epoch}
+        elif live.stateful:
+            state = {"epoch": live.epoch, "nodes": [n.state_dict() for n in live.nodes]}
+        else:
+            state = {"epoch": live.epoch, "replay": live.count}
+        if self.repetitions != 1:
+            index = self._pass_index + (1 if live is not None and live.done else 0)
+            state["pass"] = index % self.repetitions  # a finished repeat() starts again at pass 0
+        if self.nsamples > 0 and self.repetitions == sys.maxsize:
+            state["taken"] = self._taken
+        return state
+
+    def load_state_dict(self, state: StateDict) -> None:
+        """Continue from ``state`` (from :meth:`state_dict`) at the next ``iter()``."""
+        if not isinstance(state, dict) or "epoch" not in state:
+            raise StateError(f"not a pipeline state (no 'epoch'): {str(state)[:200]}")
+        self._restore = dict(state)
+        self._continuing = None
 
     # -- lengths and epochs -------------------------------------------------------------------
     def with_length(self, n: int, silent: bool = False) -> DataPipeline:
-        """Declare ``len()`` (for progress bars and frameworks). Does not change the samples."""
+        """Declare ``len()`` (for progress bars and frameworks). Does not change the samples.
+
+        Logs (INFO) that the length is declared, not enforced, unless ``silent`` (WebDataset's
+        switch for its warning).
+        """
+        if not silent:
+            log.info("with_length(%d) declares len() only; use with_epoch(n) to make epochs n items long", n)
         self.size = int(n)
         return self
 
@@ -227,6 +315,9 @@ class DataPipeline(IterableDataset):  # type: ignore[type-arg]
             stats = step.__dict__.get("_stats") if hasattr(step, "__dict__") else None
             if stats is not None:
                 result[f"{i}:{type(step).__name__}"] = stats
+            elif isinstance(step, DataPipeline):
+                for name, nested in step.stats().items():
+                    result[f"{i}.{name}"] = nested
         return result
 
     @property
@@ -257,8 +348,13 @@ class DataPipeline(IterableDataset):  # type: ignore[type-arg]
         self._running = weakref.WeakSet()
 
     def __getstate__(self) -> dict[str, Any]:
-        # Running iterators (generators) cannot be pickled and belong to this process only.
+        # Running iterators (generators, nodes) cannot be pickled and belong to this process.
         state = self.__dict__.copy()
         state["_running"] = None
         state["_continuing"] = None
+        state["_live"] = None
+        if self.world is None:
+            live = World.current()
+            if not in_worker():  # pickled in the main process: record its rank for workers
+                state["_main_world"] = live.with_worker(0, 1)
         return state

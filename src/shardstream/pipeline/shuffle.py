@@ -1,4 +1,11 @@
-"""Buffered sample shuffle, seeded and reproducible per (seed, epoch, rank, worker)."""
+"""Buffered sample shuffle, seeded per (seed, epoch, rank, worker), with a compact saved state.
+
+The state is the number of random draws made so far and the *positions* of the buffered items
+(tokens from the upstream's ``tell``, e.g. ``[shard, byte offset]``), never their bytes. On
+restore the buffer is refilled with ``upstream.item_at(token)`` (one ranged read per item) and
+the random stream is fast-forwarded: draws come in blocks of 65,536 each seeded from
+``(seed, block)``, so at most one block is replayed.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +13,108 @@ import random
 from collections.abc import Iterator
 from typing import Any
 
-from ..shards.world import World, derive_seed
-from .base import Stage
+from .base import Node, RunContext, Stage, StateDict
 
 __all__ = ["Shuffle", "detshuffle", "shuffle"]
+
+_BLOCK = 1 << 16
+_GOLDEN = 0x9E3779B97F4A7C15
+_END = object()
+
+
+def _draws(seed: int, start: int) -> Iterator[float]:
+    """Uniform floats in [0, 1) from draw number ``start`` on (random access by blocks)."""
+    block, skip = divmod(start, _BLOCK)
+    while True:
+        rng = random.Random(seed if block == 0 else (seed + block * _GOLDEN) % (1 << 64))
+        values = [rng.random() for _ in range(_BLOCK)]
+        yield from values[skip:]
+        skip = 0
+        block += 1
+
+
+class _ShuffleNode(Node):
+    def __init__(self, stage: Shuffle, upstream: Node, ctx: RunContext, state: StateDict | None) -> None:
+        super().__init__(upstream)
+        state = state or {}
+        self.bufsize, self.initial = stage.bufsize, stage.initial
+        self.seed = ctx.derive(stage.seed, "samples", *stage.extra_parts(ctx))
+        self.draws = int(state.get("draws", 0))
+        self.up_tell = upstream.tell
+        self.explicit_rng = stage.rng
+        self.stateful = upstream.tell is not None and stage.rng is None
+        tokens = state.get("buffer", [])
+        self.buf: list[Any] = [upstream.item_at(t) for t in tokens]
+        self.pos: list[Any] = list(tokens)
+        self.last: Any = None  # position of the item yielded last
+        if upstream.tell is not None:
+            self.tell = self._tell
+            self.item_at = upstream.item_at  # type: ignore[method-assign]
+        self._it = self._run() if self.bufsize >= 2 else iter(upstream)
+        if self.bufsize < 2:
+            self.tell = upstream.tell
+            self.item_at = upstream.item_at  # type: ignore[method-assign]
+            self.stateful = True
+
+    def _tell(self) -> Any:
+        return self.last
+
+    def state_dict(self) -> StateDict:
+        if self.bufsize < 2:
+            return {}
+        return {"draws": self.draws, "buffer": list(self.pos)}
+
+    def _run(self) -> Iterator[Any]:
+        assert self.upstream is not None
+        src = iter(self.upstream)
+        if self.explicit_rng is not None:
+            draw_one = self.explicit_rng.random
+            draws: Iterator[float] = iter(draw_one, None)
+        else:
+            draws = _draws(self.seed, self.draws)
+        buf, pos, tell = self.buf, self.pos, self.up_tell
+        bufsize, initial = self.bufsize, self.initial
+        if tell is None:
+            # No positions upstream: the buffer cannot be saved (the pipeline replays instead).
+            for item in src:
+                buf.append(item)
+                if len(buf) < bufsize:
+                    extra = next(src, _END)
+                    if extra is not _END:
+                        buf.append(extra)
+                if len(buf) >= initial:
+                    k = int(next(draws) * len(buf))
+                    buf[k], buf[-1] = buf[-1], buf[k]
+                    self.draws += 1
+                    yield buf.pop()
+            while buf:
+                k = int(next(draws) * len(buf))
+                buf[k], buf[-1] = buf[-1], buf[k]
+                self.draws += 1
+                yield buf.pop()
+            return
+        for item in src:
+            buf.append(item)
+            pos.append(tell())
+            if len(buf) < bufsize:
+                extra = next(src, _END)
+                if extra is not _END:
+                    buf.append(extra)
+                    pos.append(tell())
+            if len(buf) >= initial:
+                k = int(next(draws) * len(buf))
+                buf[k], buf[-1] = buf[-1], buf[k]
+                pos[k], pos[-1] = pos[-1], pos[k]
+                self.draws += 1
+                self.last = pos.pop()
+                yield buf.pop()
+        while buf:
+            k = int(next(draws) * len(buf))
+            buf[k], buf[-1] = buf[-1], buf[k]
+            pos[k], pos[-1] = pos[-1], pos[k]
+            self.draws += 1
+            self.last = pos.pop()
+            yield buf.pop()
 
 
 class Shuffle(Stage):
@@ -23,8 +128,10 @@ class Shuffle(Stage):
     Args:
         bufsize: buffer size (default 1000). Values below 2 make the stage a pass-through.
         initial: items buffered before the first output (default 100, capped at bufsize).
-        rng: an explicit ``random.Random`` to draw from (overrides the seed logic).
-        seed: base seed; ``None`` uses ``SHARDSTREAM_SEED``/``WDS_SEED`` or 0.
+        rng: an explicit ``random.Random`` to draw from (overrides the seed logic; its state is
+            not saved, so a pipeline using it replays on restore).
+        seed: base seed; ``None`` uses the pipeline's seed, else ``SHARDSTREAM_SEED``/``WDS_SEED``
+            or 0.
     """
 
     def __init__(
@@ -33,43 +140,19 @@ class Shuffle(Stage):
         initial: int = 100,
         rng: random.Random | None = None,
         seed: int | None = None,
-        handler: object = None,
     ) -> None:
         self.bufsize = bufsize
         self.initial = min(initial, bufsize)
         self.rng = rng
         self.seed = seed
 
-    def _rng(self) -> random.Random:
-        if self.rng is not None:
-            return self.rng
-        world = World.current()
-        return random.Random(derive_seed(self.seed, "samples", self.epoch, world.rank, world.worker))
+    def extra_parts(self, ctx: RunContext) -> tuple[object, ...]:
+        return ()
 
-    def run(self, src: Iterator[Any]) -> Iterator[Any]:
-        if self.bufsize < 2:
-            yield from src
-            return
-        draw = self._rng().random
-        buf: list[Any] = []
-        bufsize, initial = self.bufsize, self.initial
-        for item in src:
-            buf.append(item)
-            if len(buf) < bufsize:
-                extra = next(src, _END)
-                if extra is not _END:
-                    buf.append(extra)
-            if len(buf) >= initial:
-                k = int(draw() * len(buf))
-                buf[k], buf[-1] = buf[-1], buf[k]
-                yield buf.pop()
-        while buf:
-            k = int(draw() * len(buf))
-            buf[k], buf[-1] = buf[-1], buf[k]
-            yield buf.pop()
-
-
-_END = object()
+    def build(self, upstream: Node | None, ctx: RunContext, state: StateDict | None = None) -> Node:
+        if upstream is None:
+            raise ValueError("shuffle needs an upstream stage")
+        return _ShuffleNode(self, upstream, ctx, state)
 
 
 def shuffle(
@@ -79,19 +162,26 @@ def shuffle(
     seed: int | None = None,
     handler: object = None,
 ) -> Shuffle:
-    """WebDataset-compatible factory: ``wds.shuffle(1000)``."""
+    """WebDataset-compatible factory: ``wds.shuffle(1000)``.
+
+    ``handler`` is WebDataset's (it has no effect there either: shuffling raises nothing); any
+    other value than ``None`` is refused so that no argument is silently ignored.
+    """
+    if handler is not None:
+        raise TypeError("shuffle(handler=...) has no effect (shuffling raises nothing); drop the argument")
     return Shuffle(bufsize, initial, rng=rng, seed=seed)
 
 
 class detshuffle(Shuffle):  # noqa: N801 - WebDataset name
-    """Deterministic shuffle whose order changes every epoch (WebDataset's ``detshuffle``)."""
+    """Deterministic shuffle whose order changes every epoch (WebDataset's ``detshuffle``).
+
+    ``epoch`` is WebDataset's starting counter (its first run uses ``epoch + 1``); here the
+    pipeline's epoch is added to it, so the default (-1) makes epoch 0 use 0.
+    """
 
     def __init__(self, bufsize: int = 1000, initial: int = 100, seed: int = 0, epoch: int = -1) -> None:
         super().__init__(bufsize, initial, seed=seed)
-        self._auto_epoch = epoch
+        self.epoch_offset = epoch + 1
 
-    def run(self, src: Iterator[Any]) -> Iterator[Any]:
-        # WebDataset's detshuffle advances its own epoch counter on every run.
-        self._auto_epoch += 1
-        self.epoch = max(self.epoch, self._auto_epoch)
-        return super().run(src)
+    def extra_parts(self, ctx: RunContext) -> tuple[object, ...]:
+        return ("detshuffle", self.epoch_offset) if self.epoch_offset else ()

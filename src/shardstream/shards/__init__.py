@@ -1,26 +1,31 @@
-"""Which shards, for whom, in what order.
+"""Planning, pure: which shards, for whom, in what order (no I/O, no formats, no stages)."""
 
-``balance`` (PlannedSamples) and ``counts`` read shards, so they are imported from their modules
-(``shardstream.shards.balance``) rather than here, which keeps this package free of the tar reader.
-"""
-
-from .plan import EpochPlan, Piece, plan_epoch
-from .spec import ResampledShards, SimpleShardList, expand_urls, shardspec
-from .split import single_node_only, split_by_node, split_by_worker, take_every
+from .plan import (
+    GRANULARITIES,
+    MODES,
+    EpochPlan,
+    Piece,
+    batches_per_rank,
+    epoch_order,
+    plan_epoch,
+    worker_quotas,
+)
+from .spec import expand_urls
+from .split import split_slice, take_every
 from .world import World, derive_seed
 
 __all__ = [
+    "GRANULARITIES",
+    "MODES",
     "EpochPlan",
     "Piece",
-    "ResampledShards",
-    "SimpleShardList",
     "World",
+    "batches_per_rank",
     "derive_seed",
+    "epoch_order",
     "expand_urls",
     "plan_epoch",
-    "shardspec",
-    "single_node_only",
-    "split_by_node",
-    "split_by_worker",
+    "split_slice",
     "take_every",
+    "worker_quotas",
 ]

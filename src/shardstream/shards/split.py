@@ -1,21 +1,29 @@
-"""Splitting shards over ranks and DataLoader workers.
+"""Splitting shards over ranks and DataLoader workers: pure functions of (shards, world).
 
-The arithmetic (:func:`take_every`) is a pure function; :func:`split_by_node`,
-:func:`split_by_worker` and :func:`single_node_only` keep WebDataset's meaning and signatures
-and read the current :class:`World` only to choose their slice.
+The stages that apply these per epoch are in :mod:`shardstream.pipeline.shardlists`
+(``split_by_node``, ``split_by_worker``, ``single_node_only``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from ..errors import SplitError
 from .world import World
 
-__all__ = ["single_node_only", "split_by_node", "split_by_worker", "take_every"]
+__all__ = ["split_slice", "take_every"]
 
 T = TypeVar("T")
+
+
+def split_slice(world: World, by: str) -> tuple[int, int]:
+    """``(index, count)`` of this reader: by ``"node"`` (rank) or by ``"worker"`` (DataLoader worker)."""
+    if by == "node":
+        return world.rank, world.world_size
+    if by == "worker":
+        return world.worker, world.num_workers
+    raise ValueError(f"by={by!r} must be 'node' or 'worker'")
 
 
 def take_every(src: Iterable[T], index: int, count: int, *, what: str = "reader") -> Iterator[T]:
@@ -37,34 +45,3 @@ def take_every(src: Iterable[T], index: int, count: int, *, what: str = "reader"
             f"{what}s. Use at most {seen} {what}s (e.g. fewer DataLoader workers), more shards, "
             "or resampled=True."
         )
-
-
-def split_by_node(src: Iterable[dict[str, Any]], group: Any = None) -> Iterator[dict[str, Any]]:
-    """This rank's share of the shards: every ``world_size``-th shard starting at ``rank``."""
-    world = World.current(group)
-    if world.world_size == 1:
-        return iter(src)
-    return take_every(src, world.rank, world.world_size, what="rank")
-
-
-def split_by_worker(src: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-    """This DataLoader worker's share of the shards (all of them in the main process)."""
-    world = World.current()
-    if world.num_workers == 1:
-        return iter(src)
-    return take_every(src, world.worker, world.num_workers, what="worker")
-
-
-def single_node_only(src: Iterable[dict[str, Any]], group: Any = None) -> Iterator[dict[str, Any]]:
-    """Pass shards through in a single process; raise under multi-rank training.
-
-    Reading the same shards on every rank silently duplicates data, so this refuses.
-    """
-    world = World.current(group)
-    if world.world_size > 1:
-        raise SplitError(
-            f"this pipeline reads every shard on each of {world.world_size} ranks (nodesplitter="
-            "single_node_only). Pass nodesplitter=split_by_node to give each rank its own shards, "
-            "or resampled=True to draw shards at random on every rank."
-        )
-    return iter(src)

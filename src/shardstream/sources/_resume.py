@@ -2,15 +2,17 @@
 
 Contract of an :data:`Opener`: ``opener(offset, etag)`` starts a fresh request for the object from
 ``offset`` (a byte-range request when ``offset > 0``) and, when ``etag`` is given, asks the server
-to refuse if the object is no longer that version (``If-Match``). It returns an :class:`Opened`
-holding the body stream and the object's *total* size and ETag, or raises: a
-:class:`~shardstream.errors.SourceError` subclass, or any third-party exception, which the
-source's ``translate`` function maps to one. Only :class:`~shardstream.errors.TransientSourceError`
-is retried; everything else fails at once.
+to refuse if the object is no longer that version (``If-Match``). The opener of a ranged stream
+has the range's end bound in and asks for ``bytes=offset-(end-1)``, so a resume never reads past
+the range; a range that starts at or past the object's end (HTTP 416) gives an empty body. It
+returns an :class:`Opened` holding the body stream and the object's *total* size and ETag, or
+raises: a :class:`~shardstream.errors.SourceError` subclass, or any third-party exception, which
+the source's ``translate`` function maps to one. Only
+:class:`~shardstream.errors.TransientSourceError` is retried; everything else fails at once.
 
 Logging (logger ``shardstream.sources``, stable formats): one INFO line per open,
-``open <url> offset=<n> size=<n|None>``, and one WARNING per retry,
-``retry <k>/<max> for <url> at offset <n> in <delay>s: <error>``. URLs are redacted.
+``open <url> offset=<n> size=<n|None>`` (a ranged stream adds ``length=<n>``), and one WARNING
+per retry, ``retry <k>/<max> for <url> at offset <n> in <delay>s: <error>``. URLs are redacted.
 
 Rejected option: retrying inside each SDK (botocore/urllib3 retries). Those retry whole requests
 but not a body that breaks half-way, which is exactly the fault that loses or duplicates samples.
@@ -28,7 +30,16 @@ from typing import Protocol
 from ..errors import ObjectChangedError, SourceError, TransientSourceError, redact_url
 from ._retry import RetryPolicy
 
-__all__ = ["ObjectChangedError", "Opened", "Opener", "RawBody", "ResumableReader", "Translate"]
+__all__ = [
+    "EmptyBody",
+    "ObjectChangedError",
+    "Opened",
+    "Opener",
+    "RawBody",
+    "ResumableReader",
+    "Translate",
+    "range_header",
+]
 
 log = logging.getLogger("shardstream.sources")
 
@@ -39,6 +50,27 @@ class RawBody(Protocol):
     def readinto(self, buffer: memoryview, /) -> int: ...
 
     def close(self) -> None: ...
+
+
+class EmptyBody:
+    """The body of a range that starts at or past the object's end (HTTP 416)."""
+
+    def readinto(self, buffer: memoryview, /) -> int:
+        return 0
+
+    def close(self) -> None:
+        pass
+
+
+def range_header(offset: int, end: int | None) -> str | None:
+    """The ``Range`` header for bytes ``[offset, end)`` (``end=None``: to the end), or ``None``.
+
+    An empty range (``end == offset``) asks for one byte, which is never read: the request still
+    checks that the object exists, as every ``open`` does.
+    """
+    if end is None:
+        return f"bytes={offset}-" if offset else None
+    return f"bytes={offset}-{max(end - 1, offset)}"
 
 
 @dataclass
@@ -70,6 +102,8 @@ class ResumableReader(io.RawIOBase):
         opener: starts a request from an offset; see the module docstring.
         translate: maps exceptions raised by ``opener`` or a body to shardstream errors.
         offset: first byte to deliver (default 0).
+        length: bytes to deliver at most (default ``None``: to the end of the object); the
+            ``opener`` must have the range's end bound in (see the module docstring).
         policy: retry policy (default: from the ``SHARDSTREAM_*`` settings).
     """
 
@@ -80,6 +114,7 @@ class ResumableReader(io.RawIOBase):
         *,
         translate: Translate,
         offset: int = 0,
+        length: int | None = None,
         policy: RetryPolicy | None = None,
     ) -> None:
         super().__init__()
@@ -88,6 +123,7 @@ class ResumableReader(io.RawIOBase):
         self._translate = translate
         self._policy = policy if policy is not None else RetryPolicy.from_options()
         self._pos = offset
+        self._end = None if length is None else offset + length
         self._body: RawBody | None = None
         self.size: int | None = None
         self.etag: str | None = None
@@ -110,7 +146,10 @@ class ResumableReader(io.RawIOBase):
         if self.closed:
             raise ValueError(f"read from a closed stream ({self.url})")
         view = memoryview(buffer).cast("B")
-        if not len(view) or (self.size is not None and self._pos >= self.size):
+        stop = self._stop()
+        if stop is not None:
+            view = view[: max(0, stop - self._pos)]
+        if not len(view):
             return 0
         while True:
             if self._body is None:
@@ -124,9 +163,10 @@ class ResumableReader(io.RawIOBase):
             except Exception as exc:
                 self._fail(self._translate(exc), exc)
                 continue
-            if n == 0 and self.size is not None and self._pos < self.size:
+            if n == 0 and self.size is not None and stop is not None and self._pos < stop:
+                # The object's size is known, so an early end is a cut connection, not the end.
                 err = TransientSourceError(
-                    f"connection to {self.url} closed at byte {self._pos} of {self.size}", url=self.url
+                    f"connection to {self.url} closed at byte {self._pos} of {stop}", url=self.url
                 )
                 self._fail(err, None)
                 continue
@@ -145,6 +185,12 @@ class ResumableReader(io.RawIOBase):
         super().close()
 
     # -- internals --------------------------------------------------------------------------------
+
+    def _stop(self) -> int | None:
+        """Where this stream ends: the range's end or the object's, whichever comes first."""
+        if self._end is None:
+            return self.size
+        return self._end if self.size is None else min(self._end, self.size)
 
     def _drop_body(self) -> None:
         body, self._body = self._body, None
@@ -168,7 +214,16 @@ class ResumableReader(io.RawIOBase):
         if self._first:
             self._first = False
             self.size, self.etag = opened.size, opened.etag
-            log.info("open %s offset=%d size=%s", self.url, self._pos, self.size)
+            if self._end is None:
+                log.info("open %s offset=%d size=%s", self.url, self._pos, self.size)
+            else:
+                log.info(
+                    "open %s offset=%d size=%s length=%d",
+                    self.url,
+                    self._pos,
+                    self.size,
+                    self._end - self._pos,
+                )
         elif (opened.etag and self.etag and opened.etag != self.etag) or (
             opened.size is not None and self.size is not None and opened.size != self.size
         ):

@@ -1,4 +1,8 @@
-"""Local files: plain paths and ``file://`` URLs, read in place."""
+"""Local files: plain paths and ``file://`` URLs, read in place.
+
+Streams carry ``local_path`` (the file's path; for a ranged stream, the whole file's path), so a
+reader can record where the bytes live without copying them.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,8 @@ from typing import BinaryIO, cast
 from urllib.parse import unquote, urlparse
 
 from ..errors import AccessDeniedError, ShardNotFoundError, SourceError
-from .base import ObjectInfo
+from ._range import limit
+from .base import ObjectInfo, check_range
 
 __all__ = ["FileSource", "local_path"]
 
@@ -43,14 +48,22 @@ class FileSource:
         # buffer layer would only add a copy.
         self.buffering = buffering
 
-    def open(self, url: str, *, offset: int = 0) -> BinaryIO:
+    def open(self, url: str, *, offset: int = 0, length: int | None = None) -> BinaryIO:
+        """Open the file at byte ``offset`` (a seek), capped at ``length`` bytes when given."""
+        check_range(url, offset, length)
+        path = local_path(url)
         try:
-            stream = open(local_path(url), "rb", buffering=self.buffering)  # noqa: SIM115
+            stream = open(path, "rb", buffering=self.buffering)  # noqa: SIM115
         except OSError as exc:
             raise _translate(exc, url, "open") from exc
-        if offset:
-            stream.seek(offset)
-        return stream
+        try:
+            if offset:
+                stream.seek(offset)
+            stream.local_path = path  # type: ignore[attr-defined]
+        except BaseException:
+            stream.close()
+            raise
+        return limit(stream, length)
 
     def stat(self, url: str) -> ObjectInfo:
         path = local_path(url)

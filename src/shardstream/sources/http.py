@@ -1,4 +1,9 @@
-"""``http://`` and ``https://`` URLs, with keep-alive connections, timeouts and resume by Range."""
+"""``http://`` and ``https://`` URLs, with keep-alive connections, timeouts and resume by Range.
+
+A ranged open sends ``Range: bytes=offset-(offset+length-1)``; a resume after a fault asks for the
+rest of that range only. A server that ignores ``Range`` (200) is handled by skipping to the
+offset and stopping at the range's end ourselves (the connection is then closed, not reused).
+"""
 
 from __future__ import annotations
 
@@ -12,11 +17,11 @@ from urllib.parse import unquote, urlsplit
 from ..config import UNSET
 from ..errors import SourceError
 from ._httpclient import ConnectionPool, PooledBody, network_error, status_error
-from ._resume import Opened, ResumableReader
+from ._resume import EmptyBody, Opened, ResumableReader, range_header
 from ._retry import RetryPolicy
-from .base import ObjectInfo
+from .base import ObjectInfo, check_range
 
-__all__ = ["HTTPSource", "ssl_context"]
+__all__ = ["HTTPSource", "beyond_end", "content_range_total", "ssl_context"]
 
 
 def ssl_context(verify: bool | str) -> ssl.SSLContext:
@@ -53,6 +58,17 @@ def content_range_total(value: str | None) -> int | None:
         return None
     total = value.rsplit("/", 1)[1].strip()
     return int(total) if total.isdigit() else None
+
+
+def beyond_end(body: PooledBody) -> Opened:
+    """A 416 answer to a range starting at or past the object's end: an empty body.
+
+    The total size comes from ``Content-Range: bytes */total`` when the server sends it; the
+    ETag of an error response is not the object's, so none is kept.
+    """
+    total = content_range_total(body.response.getheader("Content-Range"))
+    body.finish()
+    return Opened(EmptyBody(), total, None)
 
 
 class _Skipping:
@@ -112,14 +128,17 @@ class HTTPSource:
             headers = {"Authorization": "Basic " + base64.b64encode(token).decode("ascii"), **headers}
         return self.pool.request(method, url, headers={**self._headers, **headers})
 
-    def _opener(self, url: str, offset: int, etag: str | None) -> Opened:
+    def _opener(self, url: str, end: int | None, offset: int, etag: str | None) -> Opened:
         headers = {"Accept-Encoding": "identity"}
-        if offset:
-            headers["Range"] = f"bytes={offset}-"
+        byte_range = range_header(offset, end)
+        if byte_range is not None:
+            headers["Range"] = byte_range
         if etag and not etag.startswith("W/"):
             headers["If-Match"] = etag
         body = self._request("GET", url, headers)
         resp = body.response
+        if resp.status == 416 and byte_range is not None:
+            return beyond_end(body)
         if resp.status >= 300:
             raise status_error(resp.status, url, detail=_error_detail(body))
         length = resp.getheader("Content-Length")
@@ -131,13 +150,16 @@ class HTTPSource:
             return Opened(_Skipping(body, offset), size, resp.getheader("ETag"))
         return Opened(body, size, resp.getheader("ETag"))
 
-    def open(self, url: str, *, offset: int = 0) -> BinaryIO:
-        """Open ``url`` from byte ``offset``; transient faults are retried and resumed."""
+    def open(self, url: str, *, offset: int = 0, length: int | None = None) -> BinaryIO:
+        """Open bytes ``[offset, offset + length)`` of ``url`` (to the end when ``length`` is
+        ``None``); transient faults are retried and resumed within the range."""
+        end = check_range(url, offset, length)
         reader = ResumableReader(
             url,
-            functools.partial(self._opener, url),
+            functools.partial(self._opener, url, end),
             translate=functools.partial(network_error, url=url),
             offset=offset,
+            length=length,
             policy=self.policy,
         )
         return cast(BinaryIO, reader)

@@ -7,7 +7,7 @@ import threading
 from typing import BinaryIO
 
 from ..errors import ShardNotFoundError
-from .base import ObjectInfo
+from .base import ObjectInfo, check_range
 
 __all__ = ["MemorySource", "memory_store"]
 
@@ -34,12 +34,16 @@ class MemorySource:
     def __init__(self) -> None:
         self.opens = 0
 
-    def open(self, url: str, *, offset: int = 0) -> BinaryIO:
+    def open(self, url: str, *, offset: int = 0, length: int | None = None) -> BinaryIO:
+        """A stream over the stored bytes ``[offset, offset + length)`` (to the end by default)."""
+        end = check_range(url, offset, length)
         with _lock:
             data = memory_store.get(url)
         if data is None:
             raise ShardNotFoundError(f"cannot open {url}: no such object in the memory store", url=url)
         self.opens += 1
+        if end is not None:
+            return io.BytesIO(data[offset:end])
         stream = io.BytesIO(data)
         stream.seek(offset)
         return stream

@@ -6,6 +6,11 @@ command's complaints (``[Errno 32] Broken pipe``, ``download failed``) stay in o
 instead of the terminal. The exit status is checked only when the output was read to the end;
 a failing status raises :class:`~shardstream.errors.PipeCommandError` with the status and the
 tail of the command's stderr.
+
+Ranged reads cannot seek: ``open(url, offset=o, length=n)`` runs the command, reads and discards
+its first ``o`` bytes, then stops after ``n`` bytes (closing the stream stops the command). A
+missing object is reported by the command's exit status, so it surfaces as PipeCommandError when
+the output ends, not at ``open``; a range that stops before the output ends never checks it.
 """
 
 from __future__ import annotations
@@ -21,7 +26,8 @@ from collections.abc import Iterable
 from typing import IO, BinaryIO, cast
 
 from ..errors import ConfigurationError, PipeCommandError, redact_url
-from .base import ObjectInfo
+from ._range import limit
+from .base import ObjectInfo, check_range
 
 __all__ = ["PipeReader", "PipeSource", "PipeWriter", "pipe_command"]
 
@@ -248,10 +254,18 @@ class PipeSource:
     def __repr__(self) -> str:
         return f"PipeSource(ignore_status={sorted(self.ok - {0})})"
 
-    def open(self, url: str, *, offset: int = 0) -> BinaryIO:
-        """Start the command and return its stdout; a nonzero ``offset`` skips that many bytes."""
+    def open(self, url: str, *, offset: int = 0, length: int | None = None) -> BinaryIO:
+        """Start the command and return its stdout from byte ``offset``, capped at ``length`` bytes.
+
+        A pipe cannot seek: the first ``offset`` bytes are read and discarded (their cost is paid
+        in full), and reading stops after ``length`` bytes.
+        """
+        check_range(url, offset, length)
         reader = PipeReader(url, ok=self.ok, tail=self.stderr_tail, timeout=self.terminate_timeout)
-        log.info("open %s offset=%d size=None", reader.url, offset)
+        if length is None:
+            log.info("open %s offset=%d size=None", reader.url, offset)
+        else:
+            log.info("open %s offset=%d size=None length=%d", reader.url, offset, length)
         try:
             left = offset
             buf = bytearray(min(offset, 1 << 20))
@@ -263,7 +277,7 @@ class PipeSource:
         except BaseException:
             reader.close()
             raise
-        return cast(BinaryIO, reader)
+        return limit(cast(BinaryIO, reader), length)
 
     def stat(self, url: str) -> ObjectInfo:
         """A pipe's size is unknown until it has been read."""

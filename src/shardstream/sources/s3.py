@@ -37,14 +37,14 @@ from urllib.parse import urlsplit
 from ..config import UNSET
 from ..errors import ConfigurationError, SourceError, redact_url
 from ._httpclient import ConnectionPool
-from ._resume import Opened, ResumableReader
+from ._resume import Opened, ResumableReader, range_header
 from ._retry import RetryPolicy
 from ._s3_errors import _CODES as _CODES
 from ._s3_errors import error_code, s3_error
 from ._s3_errors import translate as _translate
 from ._s3_writer import S3Writer
-from .base import ObjectInfo
-from .http import content_range_total, ssl_context
+from .base import ObjectInfo, check_range
+from .http import beyond_end, content_range_total, ssl_context
 
 __all__ = ["S3Source", "S3Writer", "parse_s3_url", "s3_error"]
 
@@ -196,16 +196,19 @@ class S3Source:
             raise self.translate(exc, url) from exc
         return signed
 
-    def _opener(self, url: str, offset: int, etag: str | None) -> Opened:
+    def _opener(self, url: str, end: int | None, offset: int, etag: str | None) -> Opened:
         headers = {"Accept-Encoding": "identity"}
-        if offset:
-            headers["Range"] = f"bytes={offset}-"
+        byte_range = range_header(offset, end)
+        if byte_range is not None:
+            headers["Range"] = byte_range
         if etag:
             headers["If-Match"] = etag
         with self._count_lock:
             self.requests[url] += 1
         body = self.pool.request("GET", self._presign("get_object", url), headers=headers)
         resp = body.response
+        if resp.status == 416 and byte_range is not None:
+            return beyond_end(body)  # InvalidRange: the range starts at or past the object's end
         if resp.status >= 300:
             raise s3_error(resp.status, error_code(body), url, endpoint=self.endpoint_url)
         if resp.status == 206:
@@ -218,14 +221,17 @@ class S3Source:
                 raise SourceError(f"{redact_url(url)}: the server ignored the Range request", url=url)
         return Opened(body, size, resp.getheader("ETag"))
 
-    def open(self, url: str, *, offset: int = 0) -> BinaryIO:
-        """Open ``s3://bucket/key`` from byte ``offset``; transient faults are retried and resumed."""
+    def open(self, url: str, *, offset: int = 0, length: int | None = None) -> BinaryIO:
+        """Open bytes ``[offset, offset + length)`` of ``s3://bucket/key`` (to the end when
+        ``length`` is ``None``); transient faults are retried and resumed within the range."""
         parse_s3_url(url)
+        end = check_range(url, offset, length)
         reader = ResumableReader(
             url,
-            functools.partial(self._opener, url),
+            functools.partial(self._opener, url, end),
             translate=functools.partial(self.translate, url=url),
             offset=offset,
+            length=length,
             policy=self.policy,
         )
         return cast(BinaryIO, reader)

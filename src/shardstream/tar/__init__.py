@@ -1,14 +1,19 @@
-"""The WebDataset tar format: reading members, grouping samples, writing shards."""
+"""The WebDataset tar format: reading members, grouping samples, the format reader, writing shards."""
 
-from .grouping import group_samples, split_key
+from __future__ import annotations
+
+from .grouping import Cursor, group_samples, split_key
 from .reader import iter_members
-from .samples import TarSamples, tarfile_samples, tarfile_to_samples
+from .samples import TarFormat
+from .sharded_writer import ShardWriter
+from .writer import TarWriter
 
 __all__ = [
-    "TarSamples",
+    "Cursor",
+    "ShardWriter",
+    "TarFormat",
+    "TarWriter",
     "group_samples",
     "iter_members",
     "split_key",
-    "tarfile_samples",
-    "tarfile_to_samples",
 ]

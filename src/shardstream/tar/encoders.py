@@ -120,7 +120,9 @@ def bytestr(data: Any) -> bytes:
 
 def torch_dumps(data: Any) -> bytes:
     """Serialize with ``torch.save`` (readable back with ``weights_only=True`` for tensors/dicts)."""
-    import torch
+    from ..decoders._lazy import require_torch
+
+    torch = require_torch(purpose="encoding .pth fields")
 
     stream = io.BytesIO()
     torch.save(data, stream)

@@ -15,9 +15,24 @@ from typing import Any
 
 from ..errors import ShardFormatError
 
-__all__ = ["group_samples", "split_key"]
+__all__ = ["Cursor", "group_samples", "split_key"]
 
 _META = re.compile(r"__[^/]*__($|/)")
+
+
+class Cursor:
+    """Where grouping is in a shard, updated before each sample is yielded.
+
+    Attributes:
+        start: byte offset where the sample just yielded begins (its first member).
+        next: byte offset where the following sample begins, or -1 when the shard has ended.
+    """
+
+    __slots__ = ("start", "next")
+
+    def __init__(self) -> None:
+        self.start = 0
+        self.next = 0
 
 
 def split_key(name: str) -> tuple[str, str] | None:
@@ -38,6 +53,7 @@ def group_samples(
     suffixes: set[str] | None = None,
     select_files: Callable[[str], bool] | None = None,
     rename_files: Callable[[str], str] | None = None,
+    cursor: Cursor | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Group ``(name, data, offset)`` members of one shard into sample dicts.
 
@@ -52,7 +68,11 @@ def group_samples(
         suffixes: keep only these extensions (others are dropped, the sample is kept).
         select_files: keep only member names for which this returns True.
         rename_files: map member names before splitting them into key and extension.
+        cursor: when given, its ``start``/``next`` offsets are set before each sample is yielded.
     """
+    if cursor is None:
+        cursor = Cursor()
+    start = -1
     sample: dict[str, Any] | None = None
     key: str | None = None
     try:
@@ -74,7 +94,9 @@ def group_samples(
                 ext = ext.lower()
             if prefix != key or sample is None:
                 if sample is not None:
+                    cursor.start, cursor.next = start, offset
                     yield sample
+                start = offset
                 key = prefix
                 sample = {"__key__": prefix, "__url__": url}
                 if local_path is not None:
@@ -95,7 +117,9 @@ def group_samples(
         if sample is not None and err.member is not None:
             parts = split_key(err.member)
             if parts is not None and parts[0] != key:
+                cursor.start, cursor.next = start, -1
                 yield sample
         raise
     if sample is not None:
+        cursor.start, cursor.next = start, -1
         yield sample

@@ -160,9 +160,13 @@ def _read_large(reader: _Readable, first: memoryview, size: int, padded: int) ->
 
 
 def iter_members(
-    stream: _Readable, url: str = "<stream>", *, blocksize: int = DEFAULT_BLOCKSIZE
+    stream: _Readable, url: str = "<stream>", *, blocksize: int = DEFAULT_BLOCKSIZE, offset: int = 0
 ) -> Iterator[tuple[str, bytes, int]]:
-    """Yield ``(name, data, header_offset)`` for each regular member of the tar stream.
+    """Yield ``(name, data, member_offset)`` for each regular member of the tar stream.
+
+    ``member_offset`` is where the member's first header starts (its GNU long-name or PAX
+    header when it has one), so reading again from that offset yields the same member: it is
+    the position resume and ranged reads use.
 
     Bytes are read with ``readinto`` (when the stream has it) into one reused buffer of
     ``blocksize`` bytes, and each member is cut out with a single copy; only the short unparsed
@@ -175,6 +179,9 @@ def iter_members(
             first bytes.
         url: used in error messages only.
         blocksize: size of the read buffer (default 1 MiB).
+        offset: the byte offset of the stream's first byte within the shard (a ranged read
+            that starts at a member boundary); offsets in errors and output count from the
+            shard's start.
 
     Raises:
         ShardFormatError: bad checksum, unparsable header or truncated stream; names the URL,
@@ -184,7 +191,9 @@ def iter_members(
     pax: dict[str, str] | None = None
     name: str | None = None
     field_cache: dict[bytes, tuple[int, int, int]] = {}
-    start = end = base = 0  # buffer window [start, end); base = stream offset of buf[0]
+    start = end = 0  # buffer window [start, end); base = stream offset of buf[0]
+    base = offset
+    member_start = offset
 
     def fail(reason: str, member: str | None, at: int) -> ShardFormatError:
         return ShardFormatError(reason, url=url, member=member, offset=at)
@@ -210,6 +219,8 @@ def iter_members(
             pos = start
             header_end = pos + _BLOCK
             header_offset = base + pos
+            if long_name is None and pax is None:
+                member_start = header_offset
             if buf[pos] == 0 and buf[pos:header_end] == _ZERO_BLOCK:
                 return  # end-of-archive marker
             # Verify the checksum: this is what catches a corrupt header before its garbage size
@@ -280,7 +291,7 @@ def iter_members(
                 base += start + padded
                 start = end = 0
             if typeflag in _REGULAR:
-                yield name, data, header_offset
+                yield name, data, member_start
             elif typeflag == _GNU_LONGNAME:
                 long_name = data.rstrip(b"\0").decode("utf-8", "surrogateescape")
             elif typeflag == _PAX:

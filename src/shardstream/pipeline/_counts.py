@@ -4,7 +4,8 @@ Lookup order for each shard URL:
 
 1. an explicit mapping ``{basename or url: samples}`` passed as ``index``;
 2. the index file named by ``index`` (a directory, prefix URL or ``.json`` URL), else the
-   ``_info.json`` next to the shards (written by :class:`~shardstream.tar.ShardWriter`);
+   ``_info.json`` next to the shards (written by :class:`~shardstream.tar.ShardWriter`; the format reads
+   and writes it);
 3. the process-wide cache of earlier counting passes;
 4. a counting pass that reads the shard (bytes only, nothing is decoded). Its results are kept in
    the process cache and, when ``cache`` names a location, written there in the same index format
@@ -20,8 +21,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ..errors import ConfigurationError, ShardNotFoundError
-from ..tar.index import IndexEntry, read_index, write_index
-from ..tar.samples import Opener, TarSamples
+from ..sources import SchemeRouter, Source
+from ..tar.samples import TarFormat
+from .read import ShardFormat
 
 __all__ = ["CountSource", "count_samples", "shard_counts"]
 
@@ -44,18 +46,20 @@ def _dirname(url: str) -> str:
 def count_samples(
     url: str,
     *,
+    format: ShardFormat | None = None,  # noqa: A002
+    source: Source | None = None,
     storage_options: Mapping[str, Any] | None = None,
     allow_pipe: bool = False,
-    opener: Opener | None = None,
 ) -> int:
     """Read one shard and count its samples (consecutive members sharing a key)."""
-    reader = TarSamples(storage_options=storage_options, allow_pipe=allow_pipe, opener=opener)
-    return sum(1 for _ in reader.run(iter([{"url": url}])))
+    fmt = format if format is not None else TarFormat()
+    src = source if source is not None else SchemeRouter(storage_options, allow_pipe)
+    return fmt.count(src, url)
 
 
-def _from_index(location: str, storage_options: Mapping[str, Any] | None) -> dict[str, int]:
+def _from_index(location: str, fmt: Any, storage_options: Mapping[str, Any] | None) -> dict[str, int]:
     try:
-        return read_index(location, storage_options=storage_options)
+        return fmt.read_counts(location, storage_options)  # type: ignore[no-any-return]
     except ShardNotFoundError:
         return {}
     except ConfigurationError as exc:
@@ -68,9 +72,10 @@ def shard_counts(
     *,
     index: CountSource = None,
     cache: str | None = None,
+    format: ShardFormat | None = None,  # noqa: A002
+    source: Source | None = None,
     storage_options: Mapping[str, Any] | None = None,
     allow_pipe: bool = False,
-    opener: Opener | None = None,
     max_threads: int = 4,
 ) -> list[int]:
     """Sample count of every shard in ``urls`` (see the module docstring for the lookup order).
@@ -80,9 +85,13 @@ def shard_counts(
         index: counts mapping or index location; default: ``_info.json`` next to the shards.
         cache: index location where counts from a counting pass are written (default: none,
             the counts are kept in this process only).
-        storage_options / allow_pipe / opener: how shards and indexes are opened.
+        format: the shard format that counts and reads/writes the index (default tar).
+        source: where shards are opened (default: every scheme with ``storage_options``).
+        storage_options / allow_pipe: how shards (without ``source``) and indexes are opened.
         max_threads: shards counted concurrently during a counting pass. Default 4.
     """
+    fmt: Any = format if format is not None else TarFormat()
+    src = source if source is not None else SchemeRouter(storage_options, allow_pipe)
     known: dict[str, int] = {}
     if isinstance(index, Mapping):
         known.update(index)
@@ -91,7 +100,7 @@ def shard_counts(
         if cache is not None:
             locations.append(cache)
         for location in locations:
-            known.update(_from_index(location, storage_options))
+            known.update(_from_index(location, fmt, storage_options))
 
     def lookup(url: str) -> int | None:
         for key in (url, _basename(url)):
@@ -105,9 +114,7 @@ def shard_counts(
         with ThreadPoolExecutor(max_workers=max(1, min(max_threads, len(missing)))) as pool:
             counted = list(
                 pool.map(
-                    lambda u: count_samples(
-                        u, storage_options=storage_options, allow_pipe=allow_pipe, opener=opener
-                    ),
+                    lambda u: fmt.count(src, u),
                     missing,
                 )
             )
@@ -120,12 +127,9 @@ def shard_counts(
             time.perf_counter() - start,
         )
         if cache is not None:
-            # bytes=-1: the counting pass does not measure sizes.
-            entries = [
-                IndexEntry(url=_basename(u), samples=n, bytes=-1)
-                for u, n in zip(missing, counted, strict=True)
-            ]
-            write_index(cache, entries, storage_options=storage_options)
+            fmt.write_counts(
+                cache, {_basename(u): n for u, n in zip(missing, counted, strict=True)}, storage_options
+            )
     result = []
     for url in urls:
         n = lookup(url)

@@ -1,0 +1,179 @@
+"""WebDataset's ``WebDataset`` class: its 1.0.2 arguments translated onto the native Dataset."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+from ..config import UNSET, Unset
+from ..errors import ConfigurationError
+from ..handlers import Handler, reraise_exception
+from ..pipeline.dataset import Dataset
+from ..pipeline.extra import CheckEmpty
+from ..pipeline.policy import CachePolicy, SplitPolicy
+from ..pipeline.read import ReadShards
+from ..pipeline.shardlists import (
+    ResampledShards,
+    ShardShuffle,
+    SimpleShardList,
+    single_node_only,
+    split_by_worker,
+)
+from ..pipeline.shuffle import detshuffle as DetShuffle  # noqa: N812
+from ..shards.world import World
+from ..tar.samples import TarFormat
+
+__all__ = ["WebDataset", "check_empty"]
+
+log = logging.getLogger(__name__)
+
+Splitter = Callable[..., Iterator[Any]]
+
+
+class WebDataset(Dataset):
+    """Stream samples from WebDataset shards, with WebDataset 1.0.2's constructor.
+
+    The arguments are translated onto :class:`shardstream.Dataset` (see the README for where the
+    behaviour deliberately differs). Every argument has an effect; none is silently ignored.
+
+    Args:
+        urls: a spec (``"data-{000000..000099}.tar"``, ``::``-joined specs) or a list of URLs.
+        handler: policy for shard-level errors (default: raise).
+        mode / resampled: ``"resampled"`` / True draws shards with replacement, endlessly.
+        repeat: iterate the shard list endlessly.
+        shardshuffle: True or a number shuffles the shard order every epoch (a full
+            permutation, the same on every rank, before splitting). None/False/0: no shuffle.
+        cache_size / cache_dir: local shard cache (explicit arguments win over the environment).
+        url_to_name: cache entry name for a URL.
+        detshuffle: WebDataset's shard shuffle: a buffer of ``shardshuffle`` shards after
+            splitting, seeded per epoch (default False: the full permutation above).
+        nodesplitter / workersplitter: how ranks / DataLoader workers share shards (defaults
+            ``single_node_only`` and ``split_by_worker``, as WebDataset).
+        select_files / rename_files: member-name hooks.
+        empty_check: raise a clear error when an epoch yields no sample (default True).
+        verbose: log every shard as it is opened (INFO, logger ``shardstream.pipeline.read``).
+        seed: base seed for shard and sample shuffles (default from SHARDSTREAM_SEED, else 0).
+
+        shardstream additions (keyword-only): storage_options, allow_pipe, source, split,
+        batch_size, epoch_size, granularity, index, count_cache, world; see
+        :class:`shardstream.Dataset` and :class:`shardstream.SplitPolicy`.
+    """
+
+    def __init__(
+        self,
+        urls: str | Sequence[str],
+        handler: Handler = reraise_exception,
+        mode: str | None = None,
+        resampled: bool = False,
+        repeat: bool = False,
+        shardshuffle: bool | int | None = None,
+        cache_size: int | str | None | Unset = UNSET,
+        cache_dir: str | None | Unset = UNSET,
+        url_to_name: Callable[[str], str] | None = None,
+        detshuffle: bool = False,
+        nodesplitter: Splitter | None = single_node_only,
+        workersplitter: Splitter | None = split_by_worker,
+        select_files: Callable[[str], bool] | None = None,
+        rename_files: Callable[[str], str] | None = None,
+        empty_check: bool = True,
+        verbose: bool = False,
+        seed: int | None = None,
+        *,
+        storage_options: Mapping[str, Any] | None = None,
+        allow_pipe: bool = False,
+        source: Any = None,
+        split: str | None = None,
+        batch_size: int | None = None,
+        epoch_size: int | None = None,
+        granularity: str = "shard",
+        index: str | Mapping[str, int] | None = None,
+        count_cache: str | None = None,
+        world: World | None = None,
+    ) -> None:
+        if mode not in (None, "resampled"):
+            raise ConfigurationError(f"mode={mode!r} is unknown; WebDataset knows only mode='resampled'")
+        resampled = resampled or mode == "resampled"
+        if isinstance(urls, (SimpleShardList, ResampledShards)):
+            urls = urls.urls
+        cache = _cache_policy(cache_dir, cache_size, url_to_name)
+        fmt = TarFormat(select_files, rename_files)
+        if split is not None:
+            if resampled or repeat:
+                raise ConfigurationError(
+                    f"split={split!r} defines the epoch itself; drop resampled=/repeat= (use "
+                    "split='resampled' with epoch_size= for endless random shards)"
+                )
+            shuffle = bool(shardshuffle) if shardshuffle is not None else split != "exact"
+            policy = SplitPolicy(
+                split,
+                batch_size=batch_size or 1,
+                epoch_size=epoch_size,
+                granularity=granularity,
+                index=index,
+                count_cache=count_cache,
+            )
+            super().__init__(
+                urls,
+                split=policy,
+                shuffle_shards=shuffle,
+                seed=seed,
+                world=world,
+                format=fmt,
+                handler=handler,
+                cache=cache,
+                storage_options=storage_options,
+                allow_pipe=allow_pipe,
+                source=source,
+            )
+            return
+        if (batch_size, epoch_size, index, count_cache) != (None, None, None, None) or granularity != "shard":
+            raise ConfigurationError(
+                "batch_size=, epoch_size=, granularity=, index= and count_cache= configure split= "
+                "('equal', 'exact' or 'resampled'); pass split= too"
+            )
+        # The WebDataset pipeline, stage by stage (the native constructor builds the same
+        # shape for its default split; this one follows WebDataset's splitter arguments).
+        super().__init__(
+            urls, split=SplitPolicy("shards"), seed=seed, world=world, format=fmt, handler=handler,
+            empty_check=empty_check, cache=cache, storage_options=storage_options,
+            allow_pipe=allow_pipe, source=source,
+        )  # fmt: skip
+        self.pipeline = []
+        if resampled:
+            self.append(ResampledShards(self.urls, seed=seed))
+        else:
+            self.append(SimpleShardList(self.urls))
+            if shardshuffle not in (None, False, 0) and not detshuffle:
+                self.append(ShardShuffle(seed))
+            if nodesplitter is not None:
+                self.append(nodesplitter)
+        if workersplitter is not None:
+            self.append(workersplitter)
+        if detshuffle and shardshuffle not in (None, False, 0) and not resampled:
+            size = 100 if shardshuffle is True else int(shardshuffle)
+            self.append(DetShuffle(size, min(size, 100), seed=seed or 0))
+        self.append(ReadShards(fmt, self.source, handler, log_shards=verbose))
+        if empty_check:
+            self.append(CheckEmpty(len(self.urls)))
+        if repeat and not resampled:
+            self.repeat()
+
+
+def _cache_policy(
+    cache_dir: str | None | Unset, cache_size: int | str | None | Unset, url_to_name: Any
+) -> CachePolicy | None:
+    """Explicit arguments win; unset ones come from SHARDSTREAM_CACHE_DIR/SIZE (or WDS_CACHE/SIZE)."""
+    env = CachePolicy.from_env()
+    directory = env.dir if isinstance(cache_dir, Unset) else cache_dir
+    size = env.size if isinstance(cache_size, Unset) else cache_size
+    if directory is None:
+        if url_to_name is not None:
+            raise ConfigurationError("url_to_name= names cache entries; pass cache_dir= too")
+        return None
+    return CachePolicy(directory, size, url_to_name)
+
+
+def check_empty(src: Any) -> Iterator[Any]:
+    """Raise if the stream is empty (WebDataset's ``check_empty``)."""
+    return CheckEmpty(None)(src)

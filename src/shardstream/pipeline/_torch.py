@@ -1,0 +1,41 @@
+"""torch's IterableDataset as a base class when torch is installed, a plain class otherwise.
+
+DataLoader picks its iterable-dataset mode by ``isinstance(dataset, IterableDataset)``, so our
+pipelines must derive from it when torch is there; without torch, ``import shardstream`` and
+the pipelines still work (torch is deliberately not a dependency).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+__all__ = ["IterableDatasetBase", "in_worker", "require_torch"]
+
+try:
+    from torch.utils.data import IterableDataset as IterableDatasetBase
+except ImportError:  # pragma: no cover - exercised by the no-torch test in a fresh venv
+
+    class IterableDatasetBase:  # type: ignore[no-redef]
+        """Stands in for torch.utils.data.IterableDataset when torch is not installed."""
+
+        def __class_getitem__(cls, item: Any) -> Any:
+            return cls
+
+
+def require_torch(what: str) -> Any:
+    """Import torch, or raise an ImportError that says what needs it and how to install it."""
+    try:
+        import torch
+    except ImportError as exc:
+        raise ImportError(
+            f"{what} needs PyTorch, which shardstream does not install for you (to let you pick the "
+            "CPU or CUDA build): pip install torch"
+        ) from exc
+    return torch
+
+
+def in_worker() -> bool:
+    """True inside a DataLoader worker process (where torch is imported by definition)."""
+    torch_data = sys.modules.get("torch.utils.data")
+    return torch_data is not None and torch_data.get_worker_info() is not None

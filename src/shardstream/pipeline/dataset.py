@@ -1,0 +1,161 @@
+"""The native dataset: shards in, samples out, configured by a few typed value objects.
+
+::
+
+    import shardstream as ss
+
+    ds = (
+        ss.Dataset("s3://bucket/train-{000000..000999}.tar",
+                   split=ss.SplitPolicy("equal", batch_size=64),
+                   cache=ss.CachePolicy("/scratch/cache", "500G"))
+        .shuffle(1000).decode("rgb8").to_tuple("jpg", "cls").batched(64)
+    )
+
+``Dataset`` only assembles stages that exist on their own (a shard list, its shuffle and split,
+or the epoch planner; a reader with a format and a source, cached or not); WebDataset's
+``WebDataset`` class is a thin translation of its arguments onto this one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..cache import cached_source
+from ..config import UNSET, Unset
+from ..handlers import Handler, reraise_exception
+from ..shards.spec import expand_urls
+from ..shards.world import World
+from ..sources import SchemeRouter, Source
+from .base import Stage
+from .batch import Batched
+from .extra import CheckEmpty
+from .fluent import FluidInterface
+from .pipeline import DataPipeline
+from .planned import PlannedSamples
+from .policy import CachePolicy, SplitPolicy
+from .read import ReadShards, ShardFormat
+from .shardlists import ShardShuffle, SimpleShardList, split_by_node, split_by_worker
+
+__all__ = ["Dataset", "make_source"]
+
+
+def make_source(
+    cache: CachePolicy | None,
+    storage_options: Mapping[str, Any] | None = None,
+    allow_pipe: bool = False,
+    source: Source | None = None,
+) -> Source:
+    """The source shards are read from: ``source`` (default: every URL scheme with
+    ``storage_options``), behind the cache when ``cache`` is enabled."""
+    inner = source if source is not None else SchemeRouter(storage_options, allow_pipe)
+    if cache is None or not cache.enabled:
+        return inner
+    return cached_source(
+        inner,
+        cache_dir=cache.dir,
+        cache_size=cache.size_bytes,
+        url_to_name=cache.url_to_name,
+        **dict(cache.options or {}),
+    )
+
+
+class Dataset(DataPipeline, FluidInterface):
+    """Samples from shards, with shard order, splitting, reading and caching chosen by value objects.
+
+    Args:
+        urls: a shard spec (``"data-{000000..000099}.tar"``, ``::``-joined specs) or a list of URLs.
+
+        Order and splitting:
+            split: a :class:`SplitPolicy` or its mode name (default ``"shards"``: every rank and
+                worker reads every n-th shard). ``"equal"`` gives every rank the same number of
+                batches; ``"exact"`` reads every sample once (evaluation).
+            shuffle_shards: permute the shard list every epoch, identically on every rank
+                (default True).
+            seed: base seed of every shuffle in this dataset (default: ``SHARDSTREAM_SEED`` or 0).
+            world: an explicit ``World(rank=..., world_size=...)`` instead of detection; it
+                reaches every stage (planner, splitters, shuffles).
+
+        Reading:
+            format: the shard format (default: WebDataset tar).
+            handler: error policy for shard errors (default: raise).
+            empty_check: raise a clear error when an epoch yields no sample (default True).
+
+        Sources:
+            cache: a :class:`CachePolicy`; default from ``SHARDSTREAM_CACHE_DIR``/``_SIZE``,
+                ``None`` for no cache.
+            storage_options: options for the sources (endpoint, credentials, anon, ...).
+            allow_pipe: allow ``pipe:`` URLs (they run shell commands).
+            source: a :class:`~shardstream.sources.Source` to open shards with (replaces the
+                scheme registry; the cache still wraps it).
+    """
+
+    def __init__(
+        self,
+        urls: str | Sequence[str],
+        *,
+        split: SplitPolicy | str = "shards",
+        shuffle_shards: bool = True,
+        seed: int | None = None,
+        world: World | None = None,
+        format: ShardFormat | None = None,  # noqa: A002
+        handler: Handler = reraise_exception,
+        empty_check: bool = True,
+        cache: CachePolicy | None | Unset = UNSET,
+        storage_options: Mapping[str, Any] | None = None,
+        allow_pipe: bool = False,
+        source: Source | None = None,
+    ) -> None:
+        super().__init__(seed=seed, world=world)
+        self.urls = expand_urls(urls)
+        self.split = SplitPolicy(split) if isinstance(split, str) else split
+        policy = CachePolicy.from_env() if isinstance(cache, Unset) else cache
+        self.source = make_source(policy, storage_options, allow_pipe, source)
+        self.planned: PlannedSamples | None = None
+        if self.split.planned:
+            self.planned = PlannedSamples(
+                self.urls,
+                mode=self.split.mode,
+                batch_size=self.split.batch_size,
+                epoch_size=self.split.epoch_size,
+                granularity=self.split.granularity,
+                shuffle=shuffle_shards,
+                format=format,
+                source=self.source,
+                handler=handler,
+                index=self.split.index,
+                count_cache=self.split.count_cache,
+                storage_options=dict(storage_options or {}),
+            )
+            self.append(self.planned)
+            return
+        self.append(SimpleShardList(self.urls))
+        if shuffle_shards:
+            self.append(ShardShuffle())
+        self.append(split_by_node)
+        self.append(split_by_worker)
+        self.append(ReadShards(format, self.source, handler))
+        if empty_check:
+            self.append(CheckEmpty(len(self.urls)))
+
+    def compose(self, *stages: Any) -> Any:
+        return DataPipeline.compose(self, *stages)
+
+    def __len__(self) -> int:
+        """Items per rank per epoch: known with a planned split (or after ``with_length``).
+
+        Batching stages composed after the planner are taken into account, so
+        ``len(DataLoader(ds.batched(b), batch_size=None))`` is the number of batches.
+        """
+        if self.size is None and self.planned is not None:
+            n = self.planned.samples_per_rank(self.context(0).world.world_size)
+            for stage in self.pipeline[1:]:
+                n = _after(stage, n)
+            return n
+        return DataPipeline.__len__(self)
+
+
+def _after(stage: Stage, n: int) -> int:
+    if isinstance(stage, Batched):
+        return -(-n // stage.batchsize) if stage.partial else n // stage.batchsize
+    return n

@@ -1,0 +1,302 @@
+"""The stage that reads this (rank, worker)'s slot of the epoch plan: equal, exact or resampled.
+
+:class:`PlannedSamples` starts a pipeline (it replaces shard list, splitters and reading). Every
+epoch it takes the world from the run context, computes the
+:class:`~shardstream.shards.plan.EpochPlan` (the same in every process) and yields exactly its
+quota of samples, so every rank yields the same number of batches whatever the shard sizes and
+``num_workers``. It is format-agnostic: a format (tar by default) reads pieces and counts samples.
+
+A shard that holds fewer samples than its index says (a stale index, or a shard skipped by the
+error handler) would break that promise and hang the next collective; the stage then re-reads
+its own pieces to make up the quota and logs a warning with the shortfall.
+
+State: the piece being read, how many of its samples were yielded and the byte offset of the
+next one (a ranged read continues there), the quota done, and in resampled mode the draw count.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from ..errors import ConfigurationError, SplitError
+from ..handlers import Handler, reraise_exception
+from ..shards.plan import GRANULARITIES, MODES, EpochPlan, Piece, batches_per_rank, plan_epoch, worker_quotas
+from ..shards.spec import expand_urls
+from ..shards.world import World, derive_seed
+from ..sources import SchemeRouter, Source
+from ..tar.grouping import Cursor
+from ..tar.samples import TarFormat
+from ._counts import CountSource, shard_counts
+from .base import Node, RunContext, Stage, StateDict
+from .read import ShardFormat
+
+__all__ = ["PlannedSamples"]
+
+log = logging.getLogger(__name__)
+
+
+class PlannedSamples(Stage):
+    """Samples of this process's share of each epoch, with equal counts on every rank.
+
+    Args:
+        urls: shard spec or list of URLs.
+
+        Mode:
+            mode: ``"equal"`` (training default), ``"exact"`` (evaluation: every sample once,
+                padding marked with ``__pad__``) or ``"resampled"`` (shards drawn with
+                replacement; needs ``epoch_size``).
+            batch_size: quotas are whole batches of this size, so batching downstream (in the
+                pipeline or the DataLoader) gives the same batch count on every rank. Default 1.
+            epoch_size: samples per rank per epoch in resampled mode (rounded down to whole
+                batches). Independent of ``num_workers``.
+            granularity: ``"shard"`` (default) or ``"sample"``; see :mod:`shardstream.shards.plan`.
+
+        Order:
+            seed: base seed of the per-epoch shard permutation (and of resampling); ``None``
+                takes the pipeline's seed.
+            shuffle: permute the shards every epoch. Default True.
+
+        Reading and counts:
+            format: the shard format (default :class:`~shardstream.tar.TarFormat`).
+            source: where shards are opened (default: every scheme, no cache).
+            handler: error policy for shard errors (default: raise).
+            index: sample counts (mapping) or index location; default ``_info.json`` next to the
+                shards, else a counting pass (cached in this process; ``count_cache`` persists it).
+            storage_options: options for opening index files.
+    """
+
+    def __init__(
+        self,
+        urls: str | Sequence[str],
+        *,
+        mode: str = "equal",
+        batch_size: int = 1,
+        epoch_size: int | None = None,
+        granularity: str = "shard",
+        seed: int | None = None,
+        shuffle: bool = True,
+        format: ShardFormat | None = None,  # noqa: A002
+        source: Source | None = None,
+        handler: Handler = reraise_exception,
+        index: CountSource = None,
+        count_cache: str | None = None,
+        storage_options: dict[str, Any] | None = None,
+    ) -> None:
+        if mode not in MODES:
+            raise ConfigurationError(f"split mode {mode!r} is unknown; use one of {MODES}")
+        if granularity not in GRANULARITIES:
+            raise ConfigurationError(f"granularity={granularity!r} is unknown; use one of {GRANULARITIES}")
+        if batch_size < 1:
+            raise ConfigurationError(f"batch_size={batch_size} must be at least 1")
+        if mode == "resampled" and (epoch_size is None or epoch_size < batch_size):
+            raise ConfigurationError(
+                f"split='resampled' needs epoch_size (samples per rank per epoch) of at least one batch; "
+                f"got epoch_size={epoch_size}, batch_size={batch_size}"
+            )
+        self.urls = expand_urls(urls)
+        self.mode, self.batch_size, self.epoch_size = mode, batch_size, epoch_size
+        self.granularity, self.seed, self.shuffle = granularity, seed, shuffle
+        self.format: ShardFormat = format if format is not None else TarFormat()
+        self.source: Source = source if source is not None else SchemeRouter(storage_options)
+        self.handler = handler
+        self.counts: list[int] | None = None
+        if mode != "resampled":
+            self.counts = shard_counts(
+                self.urls,
+                index=index,
+                cache=count_cache,
+                format=self.format,
+                source=self.source,
+                storage_options=storage_options,
+            )
+
+    # -- lengths --------------------------------------------------------------------------------
+    def batches_per_rank(self, world_size: int) -> int:
+        """Batches every rank yields per epoch (the same for every epoch and ``num_workers``)."""
+        if self.counts is None:
+            return (self.epoch_size or 0) // self.batch_size
+        return batches_per_rank(sum(self.counts), world_size, self.batch_size, self.mode)
+
+    def samples_per_rank(self, world_size: int) -> int:
+        return self.batches_per_rank(world_size) * self.batch_size
+
+    def plan(self, epoch: int, world: World, seed: int | None = None) -> EpochPlan:
+        """The plan of ``epoch`` for ``world``."""
+        if self.counts is None:
+            raise ConfigurationError("split='resampled' draws shards at random and has no epoch plan")
+        return plan_epoch(
+            self.urls,
+            self.counts,
+            world_size=world.world_size,
+            num_workers=world.num_workers,
+            epoch=epoch,
+            seed=self.seed if self.seed is not None else seed,
+            mode=self.mode,
+            batch_size=self.batch_size,
+            granularity=self.granularity,
+            shuffle=self.shuffle,
+        )
+
+    def build(self, upstream: Node | None, ctx: RunContext, state: StateDict | None = None) -> Node:
+        if upstream is not None:
+            raise ConfigurationError("PlannedSamples starts a pipeline; it takes no upstream stage")
+        return _PlannedNode(self, ctx, state or {})
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return iter(self.build(None, RunContext.detect(seed=self.seed)))
+
+
+class _PlannedNode(Node):
+    def __init__(self, stage: PlannedSamples, ctx: RunContext, state: StateDict) -> None:
+        super().__init__(None)
+        self.stage, self.ctx = stage, ctx
+        world = ctx.world
+        self.cursor = Cursor()
+        self.done = int(state.get("done", 0))
+        self.piece = int(state.get("piece", 0))
+        self.skip = int(state.get("skip", 0))  # samples of the piece already yielded
+        self.offset = int(state.get("offset", -1))  # where the next one starts, when known
+        self.makeup = bool(state.get("makeup", False))
+        self.stopped = False  # the error policy ended the stream
+        self.pieces: Sequence[Piece] = ()
+        if stage.counts is None:
+            quotas = worker_quotas(
+                stage.batches_per_rank(world.world_size), world.num_workers, stage.batch_size
+            )
+            self.quota = quotas[world.worker]
+            self._it = self._resampled()
+        else:
+            plan = stage.plan(ctx.epoch, world, ctx.seed)
+            if world.global_worker == 0 and not state:
+                log.info("%s", plan.summary())
+            self.quota = plan.quota(world.rank, world.worker)
+            self.pieces = plan.slot(world.rank, world.worker)
+            self._it = self._read()
+        self.tell = self._tell
+
+    def state_dict(self) -> StateDict:
+        state: StateDict = {"done": self.done, "piece": self.piece, "skip": self.skip}
+        if self.cursor.next >= 0:
+            state["offset"] = self.cursor.next
+        if self.makeup:
+            state["makeup"] = True
+        return state
+
+    def _tell(self) -> list[Any]:
+        return [self.piece, self.cursor.start]
+
+    def _url(self, piece: int) -> str:
+        if self.stage.counts is None:
+            return self._draw(piece)
+        return self.pieces[piece].url
+
+    def item_at(self, token: Any) -> Any:
+        piece, offset = int(token[0]), int(token[1])
+        sample = self.stage.format.sample_at(self.stage.source, self._url(piece), offset)
+        if self.stage.mode == "exact":
+            sample["__pad__"] = self.makeup or self.pieces[piece].pad
+        return sample
+
+    # -- reading --------------------------------------------------------------------------------
+    def _samples(self, url: str, start: int, stop: int | None) -> Iterator[dict[str, Any]]:
+        """Samples ``[start + skip, stop)`` of a shard; from the saved byte offset when resuming."""
+        stage, first = self.stage, self.skip
+        offset, self.offset = (self.offset, -1) if self.offset >= 0 else (0, -1)
+        self.cursor.next = offset
+        samples: Iterator[dict[str, Any]] = stage.format.samples(
+            stage.source, url, offset=offset, cursor=self.cursor
+        )
+        opened = samples
+        if offset == 0 and start + first > 0:
+            samples = itertools.islice(samples, start + first, None)
+        if stop is not None:
+            samples = itertools.islice(samples, stop - start - first)
+        try:
+            yield from samples
+        except Exception as exn:
+            go_on = stage.handler(exn)
+            stage.stats.record(exn)
+            if not go_on:
+                self.stopped = True
+        finally:
+            close = getattr(opened, "close", None)
+            if close is not None:
+                close()
+            self.cursor.next = -1
+
+    def _read(self) -> Iterator[dict[str, Any]]:
+        quota, exact = self.quota, self.stage.mode == "exact"
+        while not self.makeup and self.done < quota and self.piece < len(self.pieces):
+            piece = self.pieces[self.piece]
+            for sample in self._samples(piece.url, piece.start, piece.stop):
+                if exact:
+                    sample["__pad__"] = piece.pad
+                self.skip += 1
+                self.done += 1
+                yield sample
+                if self.done == quota:
+                    return
+            if self.stopped:
+                return
+            self.piece += 1
+            self.skip = 0
+        if self.done < quota:
+            yield from self._make_up()
+
+    def _make_up(self) -> Iterator[dict[str, Any]]:
+        world = self.ctx.world
+        if not self.makeup:
+            self.makeup, self.piece, self.skip = True, 0, 0
+            log.warning(
+                "rank %d worker %d read %d samples fewer than planned (stale index or skipped shard); "
+                "repeating its own samples to keep every rank's batch count equal",
+                world.rank,
+                world.worker,
+                self.quota - self.done,
+            )
+        while self.done < self.quota:
+            got = 0
+            while self.piece < len(self.pieces):
+                piece = self.pieces[self.piece]
+                for sample in self._samples(piece.url, piece.start, piece.stop):
+                    if self.stage.mode == "exact":
+                        sample["__pad__"] = True
+                    self.skip += 1
+                    self.done += 1
+                    got += 1
+                    yield sample
+                    if self.done == self.quota:
+                        return
+                if self.stopped:
+                    return
+                self.piece += 1
+                self.skip = 0
+            self.piece = 0
+            if got == 0:
+                raise SplitError(
+                    f"rank {world.rank} worker {world.worker} cannot read any of its planned shards "
+                    f"({[p.url for p in self.pieces][:3]}...) to fill its quota; check the shards and "
+                    "the index"
+                )
+
+    def _draw(self, k: int) -> str:
+        world, urls = self.ctx.world, self.stage.urls
+        seed = self.stage.seed if self.stage.seed is not None else self.ctx.seed
+        base = derive_seed(seed, "resample", self.ctx.epoch, world.rank, world.worker)
+        return urls[derive_seed(base, k) % len(urls)]
+
+    def _resampled(self) -> Iterator[dict[str, Any]]:
+        while self.done < self.quota:
+            for sample in self._samples(self._draw(self.piece), 0, None):
+                self.skip += 1
+                self.done += 1
+                yield sample
+                if self.done == self.quota:
+                    return
+            if self.stopped:
+                return
+            self.piece += 1
+            self.skip = 0

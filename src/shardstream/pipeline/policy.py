@@ -1,0 +1,106 @@
+"""Small value objects that configure a :class:`~shardstream.pipeline.dataset.Dataset`.
+
+:class:`SplitPolicy` says how shards are divided among ranks and DataLoader workers;
+:class:`CachePolicy` whether and where remote shards are cached. Both are frozen, validate
+their fields at construction and have a readable ``repr``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..config import parse_size, read_settings
+from ..errors import ConfigurationError
+from ..shards.plan import GRANULARITIES
+
+__all__ = ["CachePolicy", "SplitPolicy"]
+
+_MODES = ("shards", "equal", "exact", "resampled")
+
+
+@dataclass(frozen=True)
+class SplitPolicy:
+    """How the epoch is divided among ranks and workers.
+
+    Attributes:
+        mode: ``"shards"`` (each rank and worker reads every n-th shard: WebDataset's
+            ``split_by_node``/``split_by_worker``; counts per rank may differ), ``"equal"``
+            (training: every rank yields the same number of batches, from an epoch plan over
+            the shards' sample counts), ``"exact"`` (evaluation: every sample once, padding
+            marked ``__pad__``) or ``"resampled"`` (shards drawn with replacement).
+        batch_size: with ``equal``/``exact``/``resampled``, quotas are whole batches of this size.
+        epoch_size: samples per rank per epoch (``resampled``; required there).
+        granularity: ``"shard"`` or ``"sample"`` (``equal``: whether slots may start inside shards).
+        index: sample counts (``{basename: count}``) or the index location (default
+            ``_info.json`` next to the shards, else a counting pass).
+        count_cache: where a counting pass saves its counts for the next run.
+    """
+
+    mode: str = "shards"
+    batch_size: int = 1
+    epoch_size: int | None = None
+    granularity: str = "shard"
+    index: str | Mapping[str, int] | None = None
+    count_cache: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode not in _MODES:
+            raise ConfigurationError(f"SplitPolicy(mode={self.mode!r}) is unknown; use one of {_MODES}")
+        if self.granularity not in GRANULARITIES:
+            raise ConfigurationError(
+                f"granularity={self.granularity!r} is unknown; use one of {GRANULARITIES}"
+            )
+        if self.batch_size < 1:
+            raise ConfigurationError(f"batch_size={self.batch_size} must be at least 1")
+        if self.mode == "resampled" and (self.epoch_size is None or self.epoch_size < self.batch_size):
+            raise ConfigurationError(
+                "SplitPolicy('resampled') needs epoch_size (samples per rank per epoch) of at least one "
+                f"batch; got epoch_size={self.epoch_size}, batch_size={self.batch_size}"
+            )
+        if self.mode == "shards" and (self.epoch_size is not None or self.granularity != "shard"):
+            raise ConfigurationError(
+                "epoch_size= and granularity= apply to the planned modes ('equal', 'exact', "
+                "'resampled'); with mode='shards' they would be ignored"
+            )
+
+    @property
+    def planned(self) -> bool:
+        """True for the modes that read from an epoch plan (equal counts per rank)."""
+        return self.mode != "shards"
+
+
+@dataclass(frozen=True)
+class CachePolicy:
+    """A local shard cache shared by every process on the host (or a shared filesystem).
+
+    Attributes:
+        dir: the cache directory; ``None`` disables caching.
+        size: the size limit in bytes or as text (``"500G"``); ``None`` or negative: unlimited;
+            ``0`` disables caching (as in WebDataset).
+        url_to_name: maps a URL to the entry's file name (default: a readable, collision-free
+            name derived from the URL).
+        options: further :class:`~shardstream.cache.ShardCache` options (``lock_timeout``,
+            ``verify_etag``, ...).
+    """
+
+    dir: str | None = None
+    size: int | str | None = None
+    url_to_name: Callable[[str], str] | None = None
+    options: Mapping[str, Any] | None = None
+
+    @classmethod
+    def from_env(cls) -> CachePolicy:
+        """``SHARDSTREAM_CACHE_DIR``/``SHARDSTREAM_CACHE_SIZE`` (or WebDataset's names), if set."""
+        settings = read_settings()
+        return cls(settings.cache_dir, settings.cache_size)
+
+    @property
+    def size_bytes(self) -> int | None:
+        size = parse_size(self.size, name="cache_size") if isinstance(self.size, str) else self.size
+        return None if size is not None and size < 0 else size
+
+    @property
+    def enabled(self) -> bool:
+        return self.dir is not None and self.size_bytes != 0

@@ -1,0 +1,70 @@
+"""A Source for every URL: dispatches by scheme to the per-process instances of ``get_source``.
+
+A :class:`SchemeRouter` holds only its options, never a source instance: each call looks the
+instance up by PID, scheme and options, so a copy pickled into a DataLoader worker (or inherited
+across ``fork()``) builds its own connections there instead of sharing sockets with the parent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, BinaryIO
+
+from ..errors import ConfigurationError, redact_url
+from ._registry import check_pipe, get_source, scheme_of
+from .base import ObjectInfo, Source, WritableSource
+
+__all__ = ["SchemeRouter"]
+
+
+class SchemeRouter:
+    """Opens any registered URL scheme through the shared per-process sources.
+
+    Args:
+        storage_options: options for the sources (endpoint, credentials, retries, ...); the
+            same dict goes to every scheme's source, as with ``open_url``. Never shown in reprs.
+        allow_pipe: allow ``pipe:`` URLs, which run shell commands (default False: they raise
+            UnsafeOperationError).
+    """
+
+    def __init__(self, storage_options: Mapping[str, Any] | None = None, allow_pipe: bool = False) -> None:
+        self.storage_options: dict[str, Any] = dict(storage_options or {})
+        self.allow_pipe = allow_pipe
+
+    def __repr__(self) -> str:  # option values may be secrets: show names only
+        return f"SchemeRouter(storage_options={sorted(self.storage_options)}, allow_pipe={self.allow_pipe})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, SchemeRouter):
+            return NotImplemented
+        return (self.storage_options, self.allow_pipe) == (other.storage_options, other.allow_pipe)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable options: not hashable
+
+    def source_for(self, url: str) -> Source:
+        """This process's source for ``url``'s scheme (refuses ``pipe:`` unless allowed)."""
+        check_pipe(url, self.allow_pipe)
+        return get_source(url, self.storage_options)
+
+    def open(self, url: str, *, offset: int = 0, length: int | None = None) -> BinaryIO:
+        """Open bytes ``[offset, offset + length)`` of ``url`` (to the end when ``length`` is ``None``)."""
+        source = self.source_for(url)
+        if length is None:  # sources registered by users may predate ranged reads
+            return source.open(url, offset=offset)
+        return source.open(url, offset=offset, length=length)
+
+    def stat(self, url: str) -> ObjectInfo:
+        """Size and version of ``url``."""
+        return self.source_for(url).stat(url)
+
+    def create(self, url: str) -> BinaryIO:
+        """Open ``url`` for writing; raises ConfigurationError for read-only schemes."""
+        source = self.source_for(url)
+        if not isinstance(source, WritableSource):
+            raise ConfigurationError(
+                f"the {scheme_of(url)}:// source cannot write; cannot create {redact_url(url)}"
+            )
+        return source.create(url)
+
+    def close(self) -> None:
+        """Nothing to release: the per-process sources are shared by every router and ``open_url``."""

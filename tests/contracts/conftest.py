@@ -1,0 +1,103 @@
+"""Fixtures of the Source contract suite: ``backend`` runs each test against every source.
+
+The network backends use the same loopback servers as the integration tests (``_servers.py``):
+an HTTP file server and SeaweedFS, each behind a :class:`FaultProxy` that counts open
+connections, so "close releases the connection" is measured at the wire. Servers start once per
+session and only when a case needs them (``s3`` cases carry the ``s3`` marker).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
+
+from _backends import (  # noqa: E402
+    Backend,
+    cached_backend,
+    file_backend,
+    http_backend,
+    memory_backend,
+    pipe_backend,
+    s3_backend,
+)
+from _servers import HTTPFileServer, SeaweedS3  # noqa: E402
+
+from shardstream.sources import SchemeRouter  # noqa: E402
+from shardstream.sources.http import HTTPSource  # noqa: E402
+
+BACKENDS = [
+    "file",
+    "memory",
+    "http",
+    pytest.param("s3", marks=pytest.mark.s3),
+    "pipe",
+    "router-http",
+    "cached-http-cold",
+    "cached-http-warm",
+    "cached-file",
+]
+
+
+@pytest.fixture(scope="session")
+def http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HTTPFileServer]:
+    server = HTTPFileServer(tmp_path_factory.mktemp("contracts-http"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedS3]:
+    server = SeaweedS3(tmp_path_factory.mktemp("contracts-seaweedfs"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(autouse=True)
+def _close_shared_sources() -> Iterator[None]:
+    """Close the per-process sources a SchemeRouter built (their pools hold sockets)."""
+    yield
+    from shardstream import sources
+
+    with sources._lock:
+        cached = list(sources._instances.values())
+        sources._instances.clear()
+    for source in cached:
+        source.close()
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    """Each source of the contract suite in turn."""
+    kind: str = request.param
+    if kind == "file":
+        made = file_backend(tmp_path)
+    elif kind == "memory":
+        made = memory_backend()
+    elif kind in ("http", "router-http"):
+        source = SchemeRouter() if kind == "router-http" else HTTPSource(retries=3)
+        made = http_backend(request.getfixturevalue("http_server"), source)
+    elif kind == "s3":
+        made = s3_backend(request.getfixturevalue("s3_server"))
+    elif kind == "pipe":
+        made = pipe_backend(tmp_path)
+    elif kind.startswith("cached-http"):
+        inner = http_backend(request.getfixturevalue("http_server"), SchemeRouter())
+        made = cached_backend(inner, tmp_path / "cache", warm=kind.endswith("warm"))
+    else:
+        made = cached_backend(file_backend(tmp_path), tmp_path / "cache", warm=False)
+    try:
+        yield made
+    finally:
+        for cleanup in made.cleanup:
+            cleanup()
