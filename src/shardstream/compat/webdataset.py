@@ -15,7 +15,6 @@ from ..pipeline.policy import CachePolicy, SplitPolicy
 from ..pipeline.read import ReadShards
 from ..pipeline.shardlists import (
     ResampledShards,
-    ShardShuffle,
     SimpleShardList,
     single_node_only,
     split_by_worker,
@@ -96,15 +95,13 @@ class WebDataset(Dataset):
         resampled = resampled or mode == "resampled"
         if isinstance(urls, (SimpleShardList, ResampledShards)):
             urls = urls.urls
-        cache = _cache_policy(cache_dir, cache_size, url_to_name)
-        fmt = TarFormat(select_files, rename_files)
+        shuffled = shardshuffle not in (None, False, 0)
         if split is not None:
             if resampled or repeat:
                 raise ConfigurationError(
                     f"split={split!r} defines the epoch itself; drop resampled=/repeat= (use "
                     "split='resampled' with epoch_size= for endless random shards)"
                 )
-            shuffle = bool(shardshuffle) if shardshuffle is not None else split != "exact"
             policy = SplitPolicy(
                 split,
                 batch_size=batch_size or 1,
@@ -113,49 +110,46 @@ class WebDataset(Dataset):
                 index=index,
                 count_cache=count_cache,
             )
-            super().__init__(
-                urls,
-                split=policy,
-                shuffle_shards=shuffle,
-                seed=seed,
-                world=world,
-                format=fmt,
-                handler=handler,
-                cache=cache,
-                storage_options=storage_options,
-                allow_pipe=allow_pipe,
-                source=source,
-            )
-            return
-        if (batch_size, epoch_size, index, count_cache) != (None, None, None, None) or granularity != "shard":
-            raise ConfigurationError(
-                "batch_size=, epoch_size=, granularity=, index= and count_cache= configure split= "
-                "('equal', 'exact' or 'resampled'); pass split= too"
-            )
-        # The WebDataset pipeline, stage by stage (the native constructor builds the same
-        # shape for its default split; this one follows WebDataset's splitter arguments).
-        super().__init__(
-            urls, split=SplitPolicy("shards"), seed=seed, world=world, format=fmt, handler=handler,
-            empty_check=empty_check, cache=cache, storage_options=storage_options,
-            allow_pipe=allow_pipe, source=source,
-        )  # fmt: skip
-        self.pipeline = []
-        if resampled:
-            self.append(ResampledShards(self.urls, seed=seed))
+            shuffle_shards = bool(shardshuffle) if shardshuffle is not None else split != "exact"
         else:
-            self.append(SimpleShardList(self.urls))
-            if shardshuffle not in (None, False, 0) and not detshuffle:
-                self.append(ShardShuffle(seed))
-            if nodesplitter is not None:
-                self.append(nodesplitter)
-        if workersplitter is not None:
-            self.append(workersplitter)
-        if detshuffle and shardshuffle not in (None, False, 0) and not resampled:
-            size = 100 if shardshuffle is True else int(shardshuffle)
-            self.append(DetShuffle(size, min(size, 100), seed=seed or 0))
-        self.append(ReadShards(fmt, self.source, handler, log_shards=verbose))
-        if empty_check:
-            self.append(CheckEmpty(len(self.urls)))
+            if (batch_size, epoch_size, index, count_cache) != (
+                None,
+                None,
+                None,
+                None,
+            ) or granularity != "shard":
+                raise ConfigurationError(
+                    "batch_size=, epoch_size=, granularity=, index= and count_cache= configure split= "
+                    "('equal', 'exact' or 'resampled'); pass split= too"
+                )
+            # WebDataset's default: the shards of one node, split over workers (with its
+            # splitters), endless random shards with resampled=True.
+            policy = SplitPolicy(
+                "resampled" if resampled else "shards",
+                node_splitter=nodesplitter,
+                worker_splitter=workersplitter,
+            )
+            shuffle_shards = shuffled and not detshuffle
+        super().__init__(
+            urls,
+            split=policy,
+            shuffle_shards=shuffle_shards,
+            seed=seed,
+            world=world,
+            format=TarFormat(select_files, rename_files),
+            handler=handler,
+            empty_check=empty_check,
+            cache=_cache_policy(cache_dir, cache_size, url_to_name),
+            storage_options=storage_options,
+            allow_pipe=allow_pipe,
+            source=source,
+            log_shards=verbose,
+        )
+        if detshuffle and shuffled and split is None and not resampled:
+            # WebDataset's detshuffle: a seeded buffer shuffle of the shards after splitting.
+            size = 100 if shardshuffle is True else int(shardshuffle)  # type: ignore[arg-type]
+            reader = next(i for i, stage in enumerate(self.pipeline) if isinstance(stage, ReadShards))
+            self.pipeline.insert(reader, DetShuffle(size, min(size, 100), seed=seed or 0))
         if repeat and not resampled:
             self.repeat()
 

@@ -7,10 +7,13 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from torch.utils.data import DataLoader
-
 from .._malloc import tune_allocator
+from ..pipeline._torch import require_torch
 from ..pipeline.fluent import FluidInterface, FluidWrapper
+
+require_torch("shardstream.WebLoader (a torch DataLoader)")
+
+from torch.utils.data import DataLoader  # noqa: E402 - after the install hint above
 
 __all__ = ["WebLoader"]
 

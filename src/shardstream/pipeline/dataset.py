@@ -35,7 +35,7 @@ from .pipeline import DataPipeline
 from .planned import PlannedSamples
 from .policy import CachePolicy, SplitPolicy
 from .read import ReadShards, ShardFormat
-from .shardlists import ShardShuffle, SimpleShardList, split_by_node, split_by_worker
+from .shardlists import ResampledShards, ShardShuffle, SimpleShardList
 
 __all__ = ["Dataset", "make_source"]
 
@@ -69,7 +69,8 @@ class Dataset(DataPipeline, FluidInterface):
         Order and splitting:
             split: a :class:`SplitPolicy` or its mode name (default ``"shards"``: every rank and
                 worker reads every n-th shard). ``"equal"`` gives every rank the same number of
-                batches; ``"exact"`` reads every sample once (evaluation).
+                batches; ``"exact"`` reads every sample once (evaluation); ``"resampled"`` draws
+                shards with replacement.
             shuffle_shards: permute the shard list every epoch, identically on every rank
                 (default True).
             seed: base seed of every shuffle in this dataset (default: ``SHARDSTREAM_SEED`` or 0).
@@ -80,6 +81,7 @@ class Dataset(DataPipeline, FluidInterface):
             format: the shard format (default: WebDataset tar).
             handler: error policy for shard errors (default: raise).
             empty_check: raise a clear error when an epoch yields no sample (default True).
+            log_shards: log every shard as it is opened (INFO, ``shardstream.pipeline.read``).
 
         Sources:
             cache: a :class:`CachePolicy`; default from ``SHARDSTREAM_CACHE_DIR``/``_SIZE``,
@@ -105,6 +107,7 @@ class Dataset(DataPipeline, FluidInterface):
         storage_options: Mapping[str, Any] | None = None,
         allow_pipe: bool = False,
         source: Source | None = None,
+        log_shards: bool = False,
     ) -> None:
         super().__init__(seed=seed, world=world)
         self.urls = expand_urls(urls)
@@ -129,12 +132,18 @@ class Dataset(DataPipeline, FluidInterface):
             )
             self.append(self.planned)
             return
-        self.append(SimpleShardList(self.urls))
-        if shuffle_shards:
-            self.append(ShardShuffle())
-        self.append(split_by_node)
-        self.append(split_by_worker)
-        self.append(ReadShards(format, self.source, handler))
+        split = self.split
+        if split.mode == "resampled":  # endless: each rank and worker draws its own shards
+            self.append(ResampledShards(self.urls))
+        else:
+            self.append(SimpleShardList(self.urls))
+            if shuffle_shards:
+                self.append(ShardShuffle())
+            if split.node_splitter is not None:
+                self.append(split.node_splitter)
+        if split.worker_splitter is not None:
+            self.append(split.worker_splitter)
+        self.append(ReadShards(format, self.source, handler, log_shards=log_shards))
         if empty_check:
             self.append(CheckEmpty(len(self.urls)))
 

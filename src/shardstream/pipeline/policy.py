@@ -14,6 +14,7 @@ from typing import Any
 from ..config import parse_size, read_settings
 from ..errors import ConfigurationError
 from ..shards.plan import GRANULARITIES
+from .shardlists import split_by_node, split_by_worker
 
 __all__ = ["CachePolicy", "SplitPolicy"]
 
@@ -29,13 +30,19 @@ class SplitPolicy:
             ``split_by_node``/``split_by_worker``; counts per rank may differ), ``"equal"``
             (training: every rank yields the same number of batches, from an epoch plan over
             the shards' sample counts), ``"exact"`` (evaluation: every sample once, padding
-            marked ``__pad__``) or ``"resampled"`` (shards drawn with replacement).
+            marked ``__pad__``) or ``"resampled"`` (shards drawn with replacement: with
+            ``epoch_size``, a planned epoch of that many samples per rank; without, endless).
         batch_size: with ``equal``/``exact``/``resampled``, quotas are whole batches of this size.
-        epoch_size: samples per rank per epoch (``resampled``; required there).
+        epoch_size: samples per rank per epoch (``resampled``; ``None``: an endless stream).
         granularity: ``"shard"`` or ``"sample"`` (``equal``: whether slots may start inside shards).
         index: sample counts (``{basename: count}``) or the index location (default
             ``_info.json`` next to the shards, else a counting pass).
         count_cache: where a counting pass saves its counts for the next run.
+        node_splitter / worker_splitter: with ``"shards"``, the stages (or WebDataset-style
+            functions) that give each rank / DataLoader worker its shards (default
+            ``split_by_node`` / ``split_by_worker``; ``None``: every rank/worker reads all).
+            With ``"resampled"`` and no ``epoch_size`` (an endless stream of random shards,
+            seeded per rank and worker) only ``worker_splitter`` applies.
     """
 
     mode: str = "shards"
@@ -44,6 +51,8 @@ class SplitPolicy:
     granularity: str = "shard"
     index: str | Mapping[str, int] | None = None
     count_cache: str | None = None
+    node_splitter: Callable[..., Any] | None = split_by_node
+    worker_splitter: Callable[..., Any] | None = split_by_worker
 
     def __post_init__(self) -> None:
         if self.mode not in _MODES:
@@ -54,10 +63,10 @@ class SplitPolicy:
             )
         if self.batch_size < 1:
             raise ConfigurationError(f"batch_size={self.batch_size} must be at least 1")
-        if self.mode == "resampled" and (self.epoch_size is None or self.epoch_size < self.batch_size):
+        if self.mode == "resampled" and self.epoch_size is not None and self.epoch_size < self.batch_size:
             raise ConfigurationError(
-                "SplitPolicy('resampled') needs epoch_size (samples per rank per epoch) of at least one "
-                f"batch; got epoch_size={self.epoch_size}, batch_size={self.batch_size}"
+                "SplitPolicy('resampled', epoch_size=...) needs at least one batch per rank per epoch; "
+                f"got epoch_size={self.epoch_size}, batch_size={self.batch_size}"
             )
         if self.mode == "shards" and (self.epoch_size is not None or self.granularity != "shard"):
             raise ConfigurationError(
@@ -68,7 +77,7 @@ class SplitPolicy:
     @property
     def planned(self) -> bool:
         """True for the modes that read from an epoch plan (equal counts per rank)."""
-        return self.mode != "shards"
+        return self.mode in ("equal", "exact") or (self.mode == "resampled" and self.epoch_size is not None)
 
 
 @dataclass(frozen=True)
