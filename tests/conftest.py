@@ -1,9 +1,11 @@
-"""Shared fixtures: a clean environment and a shard factory that uses our own writer."""
+"""Shared fixtures: a clean environment, a shard factory that uses our own writer, and the
+loopback servers (SeaweedFS S3, HTTP) that start once per session for every test directory."""
 
 from __future__ import annotations
 
 import logging
 import os
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +15,35 @@ import pytest
 from shardstream.tar.sharded_writer import ShardWriter
 
 ENV_PREFIXES = ("SHARDSTREAM_", "WDS_")
+
+# The server helpers live with the integration tests; the contract suite uses them too.
+sys.path.insert(0, str(Path(__file__).resolve().parent / "integration"))
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """SeaweedFS with an S3 gateway on loopback, started once per session and stopped by PID."""
+    from _servers import SeaweedS3
+
+    server = SeaweedS3(tmp_path_factory.mktemp("seaweedfs"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A threaded loopback HTTP server over a temp dir with Range support and request counts."""
+    from _servers import HTTPFileServer
+
+    server = HTTPFileServer(tmp_path_factory.mktemp("http-root"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture(autouse=True)

@@ -25,7 +25,6 @@ from _backends import (  # noqa: E402
     pipe_backend,
     s3_backend,
 )
-from _servers import HTTPFileServer, SeaweedS3  # noqa: E402
 
 from shardstream.sources import SchemeRouter  # noqa: E402
 from shardstream.sources.http import HTTPSource  # noqa: E402
@@ -41,26 +40,6 @@ BACKENDS = [
     "cached-http-warm",
     "cached-file",
 ]
-
-
-@pytest.fixture(scope="session")
-def http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HTTPFileServer]:
-    server = HTTPFileServer(tmp_path_factory.mktemp("contracts-http"))
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture(scope="session")
-def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedS3]:
-    server = SeaweedS3(tmp_path_factory.mktemp("contracts-seaweedfs"))
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(autouse=True)

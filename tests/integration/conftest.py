@@ -32,7 +32,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from _servers import FaultProxy, HTTPFileServer, SeaweedS3  # noqa: E402
+from _servers import FaultProxy, SeaweedS3  # noqa: E402
 
 _bucket_numbers = itertools.count()
 
@@ -50,33 +50,11 @@ def _close_cached_sources() -> Iterator[None]:
         source.close()
 
 
-@pytest.fixture(scope="session")
-def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedS3]:
-    """SeaweedFS with an S3 gateway on loopback, started once per session and stopped by PID."""
-    server = SeaweedS3(tmp_path_factory.mktemp("seaweedfs"))
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 @pytest.fixture
 def s3_bucket(s3_server: SeaweedS3, request: pytest.FixtureRequest) -> str:
     """A new empty bucket for one test."""
     stem = "".join(c if c.isalnum() else "-" for c in request.node.name.lower())[:40].strip("-")
     return s3_server.create_bucket(f"t{next(_bucket_numbers)}-{stem}")
-
-
-@pytest.fixture(scope="session")
-def http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HTTPFileServer]:
-    """A threaded loopback HTTP server over a temp dir with Range support and request counts."""
-    server = HTTPFileServer(tmp_path_factory.mktemp("http-root"))
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

@@ -40,8 +40,12 @@ def test_default_split_gives_each_rank_its_own_shards(spec: str) -> None:
 
 def test_explicit_world_reaches_the_sample_shuffle(spec: str) -> None:
     """One world for every stage: the shuffle seeds from the explicit rank, not the detected one."""
-    one = ss.Dataset(spec, world=ss.World(0, 2), shuffle_shards=False, split=ss.SplitPolicy(node_splitter=None))
-    other = ss.Dataset(spec, world=ss.World(1, 2), shuffle_shards=False, split=ss.SplitPolicy(node_splitter=None))
+    one = ss.Dataset(
+        spec, world=ss.World(0, 2), shuffle_shards=False, split=ss.SplitPolicy(node_splitter=None)
+    )
+    other = ss.Dataset(
+        spec, world=ss.World(1, 2), shuffle_shards=False, split=ss.SplitPolicy(node_splitter=None)
+    )
     assert sorted(_keys(one.shuffle(20))) == sorted(_keys(other.shuffle(20)))
     assert _keys(one.shuffle(20)) != _keys(other.shuffle(20))
 

@@ -173,7 +173,8 @@ class FileCache:
         validator: called with the cached path; False means "not a shard" (the file is removed).
         handler: error policy for each URL.
         cache_size: limit in bytes (-1: unlimited).
-        cache_cleanup_interval: accepted for compatibility; eviction runs before each download.
+        cache_cleanup_interval: WebDataset's cleanup period; eviction here runs before each
+            download, so only the default (30) is accepted.
     """
 
     def __init__(
@@ -187,6 +188,11 @@ class FileCache:
         cache_size: int = -1,
         cache_cleanup_interval: int = 30,
     ) -> None:
+        if cache_cleanup_interval != 30:
+            raise TypeError(
+                f"FileCache(cache_cleanup_interval={cache_cleanup_interval}) has no effect: eviction "
+                "runs before each download; drop the argument"
+            )
         self.cache_dir = cache_dir if cache_dir is not None else default_cache_dir()
         self.url_to_name = url_to_name
         self.verbose = verbose

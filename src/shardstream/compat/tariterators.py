@@ -7,6 +7,7 @@ for code that composes them by hand; the fast path is the reading stage,
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -59,9 +60,16 @@ def tar_file_iterator(
     select_files: Callable[[str], bool] | None = None,
     rename_files: Callable[[str], str] | None = None,
 ) -> Iterator[dict[str, Any]]:
-    """``{"fname", "data"}`` for each regular member of an open tar stream."""
+    """``{"fname", "data"}`` for each regular member of an open tar stream.
+
+    ``skip_meta``: a regular expression (or compiled pattern); members whose name matches are
+    skipped (WebDataset's ``__..__`` metadata convention, say ``r"__[^/]*__($|/)"``).
+    """
+    meta = re.compile(skip_meta) if isinstance(skip_meta, str) else skip_meta
     try:
         for name, data, _offset in iter_members(fileobj):
+            if meta is not None and meta.match(name):
+                continue
             if rename_files is not None:
                 name = rename_files(name)
             if select_files is not None and not select_files(name):
@@ -102,19 +110,45 @@ def group_by_keys(
     suffixes: set[str] | None = None,
     handler: Handler = reraise_exception,
 ) -> Iterator[dict[str, Any]]:
-    """``{"fname", "data", "__url__"}`` items -> samples (consecutive members with one key)."""
+    """``{"fname", "data", "__url__"}`` items -> samples (consecutive members with one key).
+
+    ``keys``: a function ``name -> (key, extension)`` replacing the default rule
+    (:func:`base_plus_ext`); ``handler``: the error policy for a malformed group (a repeated
+    extension), which by default raises.
+    """
     url = None
     batch: list[tuple[str, bytes, int]] = []
-    for item in data:
-        if not item:
-            continue
-        if item["__url__"] != url and batch:
+
+    def flush() -> Iterator[dict[str, Any]]:
+        try:
             yield from group_samples(batch, str(url), lcase=lcase, suffixes=suffixes)
-            batch = []
-        url = item["__url__"]
-        batch.append((item["fname"], item["data"], -1))
-    if batch:
-        yield from group_samples(batch, str(url), lcase=lcase, suffixes=suffixes)
+        except Exception as exn:
+            if not handler(exn):
+                raise StopGrouping from exn
+
+    try:
+        for item in data:
+            if not item:
+                continue
+            if item["__url__"] != url and batch:
+                yield from flush()
+                batch = []
+            url = item["__url__"]
+            name = item["fname"]
+            if keys is not None:
+                key, ext = keys(name)
+                if key is None or ext is None:
+                    continue
+                name = f"{key}.{ext}"
+            batch.append((name, item["data"], -1))
+        if batch:
+            yield from flush()
+    except StopGrouping:
+        return
+
+
+class StopGrouping(Exception):
+    """Internal: the handler of :func:`group_by_keys` asked to end the stream."""
 
 
 def tarfile_to_samples(

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from ..errors import SplitError
+from ..errors import ConfigurationError, SplitError
 from ..shards.plan import epoch_order
 from ..shards.spec import expand_urls
 from ..shards.split import split_slice, take_every
@@ -89,6 +89,8 @@ class _ResampledNode(Node):
         return {"url": self.urls[random.Random(self.base + k).randrange(len(self.urls))]}
 
     def _run(self) -> Iterator[dict[str, Any]]:
+        if not self.urls:
+            return
         while self.next < self.limit:
             k = self.next
             self.next = k + 1
@@ -113,7 +115,8 @@ class ResampledShards(Stage):
         deterministic: WebDataset's switch; draws here are always deterministic, so only
             ``True`` is accepted.
         max_urls: use at most this many URLs of the spec.
-        empty_check: raise when the spec names no shards (always done).
+        empty_check: raise when the spec names no shards (default); False allows an empty
+            spec (nothing is yielded).
     """
 
     def __init__(
@@ -131,7 +134,12 @@ class ResampledShards(Stage):
                 "ResampledShards(deterministic=False) is not supported: draws are always seeded "
                 "from (seed, epoch, rank, worker); pass a different seed= for a different draw"
             )
-        self.urls = expand_urls(urls)[:max_urls]
+        try:
+            self.urls = expand_urls(urls)[:max_urls]
+        except ConfigurationError:
+            if empty_check:
+                raise
+            self.urls = []
         self.nshards = nshards
         self.seed = seed
         self.worker_seed = worker_seed
@@ -170,12 +178,12 @@ class ShardShuffle(Stage):
 class _LazySplitNode(Node):
     """Splitting an endless (or foreign) shard stream: every ``count``-th item from ``index``."""
 
-    def __init__(self, upstream: Node, index: int, count: int, what: str, state: StateDict | None) -> None:
+    def __init__(self, upstream: Node, index: int, count: int, state: StateDict | None) -> None:
         super().__init__(upstream)
         self.seen = int((state or {}).get("seen", 0))
-        self._it = self._run(index, count, what)
+        self._it = self._run(index, count)
 
-    def _run(self, index: int, count: int, what: str) -> Iterator[Any]:
+    def _run(self, index: int, count: int) -> Iterator[Any]:
         assert self.upstream is not None
         for item in self.upstream:
             i = self.seen
@@ -223,7 +231,7 @@ class Splitter(Stage):
             mine = list(take_every(items, index, count, what=what))
             return ListNode(mine, state)
         assert upstream is not None
-        return _LazySplitNode(upstream, index, count, what, state)
+        return _LazySplitNode(upstream, index, count, state)
 
     def __repr__(self) -> str:
         return {"node": "split_by_node", "worker": "split_by_worker", "single": "single_node_only"}[self.by]
