@@ -102,6 +102,11 @@ class WebDataset(Dataset):
                     f"split={split!r} defines the epoch itself; drop resampled=/repeat= (use "
                     "split='resampled' with epoch_size= for endless random shards)"
                 )
+            if split == "resampled" and epoch_size is None:
+                raise ConfigurationError(
+                    "split='resampled' needs epoch_size (samples per rank per epoch), so that every "
+                    "rank yields the same number of batches; for an endless stream use resampled=True"
+                )
             policy = SplitPolicy(
                 split,
                 batch_size=batch_size or 1,

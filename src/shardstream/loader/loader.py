@@ -50,19 +50,28 @@ class WebLoader(DataLoader, FluidInterface):  # type: ignore[type-arg]
         kw["worker_init_fn"] = _WorkerInit(kw.get("worker_init_fn"))
         super().__init__(dataset, *args, **kw)
         self._iterators: weakref.WeakSet[Any] = weakref.WeakSet()
-        self._epoch = -1
+        self._epoch = -1  # only for datasets that are not shardstream pipelines (see __iter__)
         # The allocator is tuned in our worker processes only (worker_init_fn), never in the
         # user's main process: mallopt settings are process-global and inherited by later forks.
 
     def set_epoch(self, epoch: int) -> None:
         """Use ``epoch`` for the next ``iter()``."""
-        self._epoch = epoch - 1
+        dataset: Any = self.dataset
+        if hasattr(dataset, "begin_epoch"):
+            dataset.set_epoch(epoch)  # the pipeline owns the epoch
+        else:
+            self._epoch = epoch - 1
 
     def __iter__(self) -> Any:  # a DataLoader iterator (torch's private _BaseDataLoaderIter)
-        self._epoch += 1
-        set_epoch = getattr(self.dataset, "set_epoch", None)
-        if set_epoch is not None:
-            set_epoch(self._epoch)
+        begin_epoch = getattr(self.dataset, "begin_epoch", None)
+        if begin_epoch is not None:
+            begin_epoch()  # our pipelines own their epoch; fix it before workers start
+        else:
+            # A foreign dataset with set_epoch (as for DistributedSampler): drive it by count.
+            set_epoch = getattr(self.dataset, "set_epoch", None)
+            if set_epoch is not None:
+                self._epoch += 1
+                set_epoch(self._epoch)
         it = super().__iter__()
         self._iterators.add(it)
         return it

@@ -53,6 +53,8 @@ class DataPipeline(IterableDatasetBase):  # type: ignore[type-arg]
         self.world = world
         self.epoch = -1
         self._next_epoch: int | None = None
+        self._epoch_from_user = False
+        self._begun = -1  # the last epoch begun by a loader (see begin_epoch)
         self.size: int | None = None
         self.repetitions = 1
         self.nsamples = -1
@@ -124,12 +126,30 @@ class DataPipeline(IterableDatasetBase):  # type: ignore[type-arg]
     def set_epoch(self, epoch: int) -> None:
         """Use ``epoch`` for the next ``iter()`` (later ones continue from it)."""
         self._next_epoch = epoch
+        self._epoch_from_user = True
+
+    def begin_epoch(self) -> int:
+        """Fix the next epoch's number before DataLoader workers receive their copies.
+
+        A loader calls this in the main process before each ``iter()``: the copies pickled into
+        (non-persistent) workers and this process then agree on the epoch, and the next call
+        advances it even though this process never iterated. Returns the epoch number.
+        """
+        if self._next_epoch is not None and self._epoch_from_user:
+            epoch = self._next_epoch
+        else:
+            epoch = max(self.epoch, self._begun) + 1
+        self._epoch_from_user = False
+        self._begun = epoch
+        self._next_epoch = epoch
+        return epoch
 
     def _advance_epoch(self) -> int:
         if self._next_epoch is not None:
             self.epoch, self._next_epoch = self._next_epoch, None
         else:
             self.epoch += 1
+        self._epoch_from_user = False
         return self.epoch
 
     def context(self, epoch: int) -> RunContext:
