@@ -79,7 +79,16 @@ if _TYPE_CHECKING:
         warn_and_stop,
     )
     from .loader.loader import WebLoader
-    from .pipeline.base import FunctionStage, MapStage, Node, PipelineStage, RunContext, Stage, pipelinefilter
+    from .pipeline.base import (
+        FunctionStage,
+        MapStage,
+        Node,
+        PipelineStage,
+        RunContext,
+        Stage,
+        Stateful,
+        pipelinefilter,
+    )
     from .pipeline.batch import Expand, batched, default_collation_fn, listed, unbatched, unlisted
     from .pipeline.dataset import Dataset
     from .pipeline.decode import decode
@@ -177,6 +186,7 @@ _EXPORTS: dict[str, str] = {
     "PipelineStage": "shardstream.pipeline.base",
     "RunContext": "shardstream.pipeline.base",
     "Stage": "shardstream.pipeline.base",
+    "Stateful": "shardstream.pipeline.base",
     "pipelinefilter": "shardstream.pipeline.base",
     "Expand": "shardstream.pipeline.batch",
     "batched": "shardstream.pipeline.batch",
@@ -288,6 +298,7 @@ __all__ = [
     "SplitPolicy",
     "Stage",
     "StateError",
+    "Stateful",
     "TarFormat",
     "TarWriter",
     "TransientSourceError",

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import logging
 import weakref
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 from .._malloc import tune_allocator
+from ..errors import StateError
 from ..pipeline._torch import require_torch
 from ..pipeline.fluent import FluidInterface, FluidWrapper
+from ..shards.world import World
+from ._state import VERSION, Stamped, StampingCollate, check_state, fingerprint, trainer_prefetch_lag
 
 require_torch("shardstream.WebLoader (a torch DataLoader)")
 
@@ -42,6 +46,9 @@ class WebLoader(DataLoader, FluidInterface):  # type: ignore[type-arg]
     * each ``iter()`` advances the dataset's epoch in this process before workers start, so
       shard and sample shuffles change every epoch even with non-persistent workers;
     * ``close()`` (or leaving a ``with`` block) shuts the worker processes down at once;
+    * ``state_dict()`` / ``load_state_dict()`` (torchdata's ``StatefulDataLoader`` names and
+      semantics, so Lightning checkpoints it): the position after the last batch yielded to the
+      training loop, restored exactly with the same ``num_workers`` (see ``loader/_state.py``);
     * worker processes get a tuned allocator (fewer page faults when decoding images); the
       main process is left alone.
     """
@@ -49,6 +56,13 @@ class WebLoader(DataLoader, FluidInterface):  # type: ignore[type-arg]
     def __init__(self, dataset: Any, *args: Any, **kw: Any) -> None:
         kw["worker_init_fn"] = _WorkerInit(kw.get("worker_init_fn"))
         super().__init__(dataset, *args, **kw)
+        self._stateful = callable(getattr(dataset, "state_dict", None)) and hasattr(
+            dataset, "restore_workers"
+        )
+        if self._stateful:
+            self.collate_fn = StampingCollate(self.collate_fn, dataset)
+        self._pending: dict[str, Any] | None = None  # a loaded state, applied at the next iter()
+        self._live: _Live | None = None
         self._iterators: weakref.WeakSet[Any] = weakref.WeakSet()
         self._epoch = -1  # only for datasets that are not shardstream pipelines (see __iter__)
         # The allocator is tuned in our worker processes only (worker_init_fn), never in the
@@ -62,19 +76,97 @@ class WebLoader(DataLoader, FluidInterface):  # type: ignore[type-arg]
         else:
             self._epoch = epoch - 1
 
-    def __iter__(self) -> Any:  # a DataLoader iterator (torch's private _BaseDataLoaderIter)
-        begin_epoch = getattr(self.dataset, "begin_epoch", None)
-        if begin_epoch is not None:
-            begin_epoch()  # our pipelines own their epoch; fix it before workers start
+    def __iter__(self) -> Any:
+        dataset: Any = self.dataset
+        workers = max(self.num_workers, 1)
+        roles = list(range(workers))
+        seen: list[Any] = [None] * workers
+        epoch = -1
+        if self._pending is not None:
+            state, self._pending = self._pending, None
+            epoch, seen = int(state["epoch"]), list(state["workers"])
+            if self.num_workers == 0:
+                dataset.load_state_dict(seen[0] if seen[0] is not None else {"epoch": epoch})
+            else:
+                start = int(state.get("next_worker", 0))
+                roles = [(start + k) % workers for k in range(workers)]
+                dataset.restore_workers(epoch, [seen[r] for r in roles], roles)
+            dataset.set_epoch(epoch)
+            dataset.begin_epoch()
         else:
-            # A foreign dataset with set_epoch (as for DistributedSampler): drive it by count.
-            set_epoch = getattr(self.dataset, "set_epoch", None)
-            if set_epoch is not None:
-                self._epoch += 1
-                set_epoch(self._epoch)
-        it = super().__iter__()
+            begin_epoch = getattr(dataset, "begin_epoch", None)
+            if begin_epoch is not None:
+                epoch = begin_epoch()  # our pipelines own their epoch; fix it before workers start
+            else:
+                # A foreign dataset with set_epoch (as for DistributedSampler): drive it by count.
+                set_epoch = getattr(dataset, "set_epoch", None)
+                if set_epoch is not None:
+                    self._epoch += 1
+                    set_epoch(self._epoch)
+        it = super().__iter__()  # workers receive their copies of the dataset here
+        if getattr(dataset, "_worker_restore", None) is not None:
+            dataset._worker_restore = None
         self._iterators.add(it)
-        return it
+        if not self._stateful:
+            return it
+        live = self._live = _Live(epoch, roles, seen)
+        return _tracked(it, live)
+
+    # -- state ----------------------------------------------------------------------------------
+    def _expected(self) -> tuple[dict[str, Any], World]:
+        dataset: Any = self.dataset
+        return fingerprint(dataset, self.batch_size), dataset.context(0).world
+
+    def state_dict(self) -> dict[str, Any]:
+        """The position after the last batch this loader yielded (plain JSON data, small).
+
+        Batches that workers prefetched but the loop has not received are not counted. Taking
+        it costs no round trip to the workers: each batch arrives with its worker's state.
+        """
+        if not self._stateful:
+            raise StateError(
+                f"{type(self.dataset).__name__} cannot save its position: state_dict() needs a "
+                "shardstream pipeline (Dataset, WebDataset, DataPipeline) as the loader's dataset"
+            )
+        if self._pending is not None:
+            return dict(self._pending)
+        fp, world = self._expected()
+        workers = max(self.num_workers, 1)
+        state: dict[str, Any] = {
+            "version": VERSION,
+            "fingerprint": fp,
+            "rank": world.rank,
+            "world_size": world.world_size,
+            "num_workers": self.num_workers,
+        }
+        live = self._live
+        if live is None or live.finished:
+            dataset: Any = self.dataset
+            epoch = (live.epoch + 1) if live is not None else max(dataset.epoch, dataset._begun) + 1
+            return {**state, "epoch": epoch, "next_worker": 0, "workers": [None] * workers}
+        seen, last = live.rolled_back(trainer_prefetch_lag())
+        next_worker = (last + 1) % workers if last is not None else 0
+        return {**state, "epoch": live.epoch, "next_worker": next_worker, "workers": seen}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from ``state`` at the next ``iter()``; call it before iterating.
+
+        Raises:
+            StateError: the state is from another dataset, seed, split, batch size, rank or
+                ``num_workers``, or is corrupted (the message names the fields), or this
+                loader is iterating.
+        """
+        if self._live is not None and not self._live.finished:
+            raise StateError(
+                "load_state_dict() was called while this loader is iterating; call it before iter()"
+            )
+        if not self._stateful:
+            raise StateError(
+                f"{type(self.dataset).__name__} cannot restore a position (not a shardstream pipeline)"
+            )
+        fp, world = self._expected()
+        check_state(state, fp, rank=world.rank, world_size=world.world_size, num_workers=self.num_workers)
+        self._pending = dict(state)
 
     def compose(self, *stages: Any) -> Any:
         return FluidWrapper(self).compose(*stages)
@@ -96,3 +188,39 @@ class WebLoader(DataLoader, FluidInterface):  # type: ignore[type-arg]
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _Live:
+    """The running epoch: per worker (by role), the state after its last batch yielded."""
+
+    __slots__ = ("epoch", "roles", "seen", "last", "finished", "undo")
+
+    def __init__(self, epoch: int, roles: list[int], seen: list[Any]) -> None:
+        self.epoch, self.roles, self.seen = epoch, roles, seen
+        self.last: int | None = None
+        self.finished = False
+        # (role, its state before, last before) for the most recent batches: to roll back.
+        self.undo: deque[tuple[int, Any, int | None]] = deque(maxlen=8)
+
+    def record(self, role: int, state: Any) -> None:
+        self.undo.append((role, self.seen[role], self.last))
+        self.seen[role] = state
+        self.last = role
+
+    def rolled_back(self, batches: int) -> tuple[list[Any], int | None]:
+        """The worker states and last worker as they were ``batches`` batches ago."""
+        seen, last = list(self.seen), self.last
+        for role, before, last_before in list(self.undo)[::-1][: min(batches, len(self.undo))]:
+            seen[role], last = before, last_before
+        return seen, last
+
+
+def _tracked(it: Any, live: _Live) -> Any:
+    """Yield the loader's batches, recording the state each one carries."""
+    roles = live.roles
+    for item in it:
+        if type(item) is Stamped:
+            live.record(roles[item.worker], item.state)
+            item = item.value
+        yield item
+    live.finished = True

@@ -19,6 +19,8 @@ class ChainNode(Node):
         last = nodes[-1]
         self.stateful = all(n.stateful for n in nodes)
         self.tell = last.tell
+        self.indexable = last.indexable
+        self.item = last.item  # type: ignore[method-assign]
         self.item_at = last.item_at  # type: ignore[method-assign]
         self._it = iter(last)
 

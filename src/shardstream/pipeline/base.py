@@ -35,7 +35,7 @@ import functools
 import inspect
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from ..errors import StateError
 from ..handlers import Handler
@@ -52,6 +52,7 @@ __all__ = [
     "Stage",
     "StageStats",
     "StateDict",
+    "Stateful",
     "guarded",
     "pipelinefilter",
 ]
@@ -79,6 +80,16 @@ class RunContext:
         """A seed for one stage's randomness in this epoch, rank and worker."""
         base = self.seed if stage_seed is None else stage_seed
         return derive_seed(base, *parts, self.epoch, self.world.rank, self.world.worker)
+
+
+@runtime_checkable
+class Stateful(Protocol):
+    """What checkpointing code duck-types on (torchdata's ``Stateful``, Lightning's
+    ``_Stateful``): pipelines, datasets and ``WebLoader`` all provide both methods."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None: ...
 
 
 class StageStats:
@@ -124,6 +135,8 @@ class Node:
     """A stage's running iterator for one epoch (see the module docstring for the contract)."""
 
     stateful: bool = True
+    #: True for nodes whose output has random access (``item(k)``): shard lists.
+    indexable: bool = False
     tell: Callable[[], Any] | None = None
     _it: Iterator[Any]
 
@@ -159,6 +172,8 @@ class Node:
 
 class ListNode(Node):
     """Yields a list known when the epoch starts; the state is the index of the next item."""
+
+    indexable = True
 
     def __init__(self, items: Sequence[Any], state: StateDict | None = None) -> None:
         super().__init__(None)

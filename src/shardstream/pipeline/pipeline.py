@@ -64,6 +64,8 @@ class DataPipeline(IterableDatasetBase):  # type: ignore[type-arg]
         self._taken = 0
         self._pass_index = 0
         self._main_world: World | None = None
+        self._worker_restore: dict[str, Any] | None = None
+        self._role: tuple[int, int] | None = None  # (epoch, worker index it stands in for)
         self._running: weakref.WeakSet[Iterator[Any]] = weakref.WeakSet()
         for arg in args:
             if arg is None:
@@ -162,11 +164,33 @@ class DataPipeline(IterableDatasetBase):  # type: ignore[type-arg]
         ``init_process_group``) never wins over a live answer.
         """
         if self.world is None:
-            live = World.current()
-            if live.world_size == 1 and self._main_world is not None and in_worker():
-                return RunContext(epoch, World.current(override=self._main_world), self.seed)
-            return RunContext(epoch, live, self.seed)
-        return RunContext.detect(epoch, self.seed, self.world)
+            world = World.current()
+            if world.world_size == 1 and self._main_world is not None and in_worker():
+                world = World.current(override=self._main_world)
+        else:
+            world = World.current(override=self.world)
+        if self._role is not None and self._role[0] == epoch:
+            # A restored DataLoader worker continues the epoch of the worker it replaces.
+            world = world.with_worker(self._role[1], world.num_workers)
+        return RunContext(epoch, world, self.seed)
+
+    def restore_workers(self, epoch: int, states: list[StateDict | None], roles: list[int]) -> None:
+        """Make DataLoader worker ``k`` continue ``epoch`` from ``states[k]`` as worker ``roles[k]``.
+
+        Called by a loader in the main process before its workers receive their copies (see
+        :meth:`shardstream.WebLoader.load_state_dict`); a ``None`` state starts the epoch afresh.
+        """
+        self._worker_restore = {"epoch": epoch, "states": states, "roles": roles}
+
+    def _take_worker_restore(self) -> None:
+        """In a worker: pick this worker's saved state and role out of ``restore_workers``."""
+        plan, self._worker_restore = self._worker_restore, None
+        if plan is None or not in_worker():
+            return
+        worker = World.current().worker
+        epoch, state = int(plan["epoch"]), plan["states"][worker]
+        self._role = (epoch, int(plan["roles"][worker]))
+        self._restore = dict(state) if state is not None else {"epoch": epoch}
 
     # -- running --------------------------------------------------------------------------------
     def _pass(self, epoch: int, states: list[StateDict] | None, replay: int = 0) -> Iterator[Any]:
@@ -208,6 +232,8 @@ class DataPipeline(IterableDatasetBase):  # type: ignore[type-arg]
 
     def __iter__(self) -> Iterator[Any]:
         inner: Iterator[Any]
+        if self._worker_restore is not None:
+            self._take_worker_restore()
         if self.nsamples > 0 and self.repetitions == sys.maxsize:
             # with_epoch(): epochs are windows of nsamples over a stream that continues across
             # epochs (restarting the source, with the next epoch's shard order, when it ends).

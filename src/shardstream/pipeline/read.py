@@ -43,7 +43,10 @@ class _ReadNode(Node):
         self.cursor = Cursor()
         self.shard = int(state.get("shard", -1))  # number of the shard being read, in upstream order
         self.url: str | None = state.get("url")
+        if self.url is None and "offset" in state:  # the shard's URL comes from the shard list
+            self.url = _url(upstream.item(self.shard))
         self.cursor.next = int(state.get("offset", -1)) if self.url is not None else -1
+        self._listed = upstream.indexable
         self.stopped = False  # the error policy ended the stream
         self.tell = self._tell
         self._it = self._run()
@@ -60,6 +63,8 @@ class _ReadNode(Node):
     def state_dict(self) -> StateDict:
         if self.url is None or self.cursor.next < 0:
             return {"shard": self.shard}
+        if self._listed:  # the shard list restores to the same list: its number is enough
+            return {"shard": self.shard, "offset": self.cursor.next}
         return {"shard": self.shard, "url": self.url, "offset": self.cursor.next}
 
     def _run(self) -> Iterator[dict[str, Any]]:

@@ -53,6 +53,8 @@ def rsample(p: float = 0.5) -> Stage:
 
 
 class _ResampledNode(Node):
+    indexable = True
+
     def __init__(self, upstream: Node, n: int, ctx: RunContext, state: StateDict | None) -> None:
         super().__init__(upstream)
         items = getattr(upstream, "items", None)

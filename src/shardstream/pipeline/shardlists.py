@@ -73,6 +73,8 @@ def shardspec(spec: str | Sequence[str]) -> SimpleShardList:
 
 
 class _ResampledNode(Node):
+    indexable = True
+
     def __init__(self, stage: ResampledShards, ctx: RunContext, state: StateDict | None) -> None:
         super().__init__(None)
         self.urls = stage.urls

@@ -1,0 +1,110 @@
+"""Exact mid-epoch resume of WebLoader: save after n batches, restore in a fresh process."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _resume_cases import keys, make, write_shards
+
+import shardstream as ss
+from shardstream.errors import StateError
+
+HERE = Path(__file__).resolve().parent
+
+
+@pytest.fixture(scope="module")
+def urls(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    return write_shards(tmp_path_factory.mktemp("resume"))
+
+
+def _state_after(case: str, urls: list[str], num_workers: int, n: int) -> dict[str, Any]:
+    loader = make(case, urls, num_workers)
+    it = iter(loader)
+    for _ in range(n):
+        next(it)
+    state: dict[str, Any] = json.loads(json.dumps(loader.state_dict()))
+    loader.close()
+    return state
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_resume_continues_exactly_in_a_fresh_process(
+    urls: list[str], num_workers: int, tmp_path: Path
+) -> None:
+    rng = random.Random(num_workers)
+    runs, expected = [], []
+    for case in ("shuffled", "equal", "webdataset"):
+        full = [keys(b) for b in make(case, urls, num_workers)]
+        # Inside the first and the last shard, the middle, and random points.
+        cuts = sorted({1, 2, len(full) // 2, len(full) - 2, len(full) - 1, *rng.sample(range(len(full)), 3)})
+        for n in cuts:
+            runs.append(
+                {"case": case, "num_workers": num_workers, "state": _state_after(case, urls, num_workers, n)}
+            )
+            expected.append((case, n, full))
+    job, out = tmp_path / "job.json", tmp_path / "out.json"
+    job.write_text(json.dumps({"urls": urls, "runs": runs}))
+    proc = subprocess.run(
+        [sys.executable, str(HERE / "_resume_cases.py"), str(job), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=HERE,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for (case, n, full), rest in zip(expected, json.loads(out.read_text()), strict=True):
+        assert full[:n] + rest == full, f"{case}: resumed after {n} of {len(full)} batches"
+
+
+def test_next_epoch_after_a_resumed_one_matches(urls: list[str]) -> None:
+    loader = make("shuffled", urls, 2)
+    epoch0, epoch1 = [keys(b) for b in loader], [keys(b) for b in loader]
+    state = _state_after("shuffled", urls, 2, 3)
+    resumed = make("shuffled", urls, 2)
+    resumed.load_state_dict(state)
+    assert epoch0[:3] + [keys(b) for b in resumed] == epoch0
+    assert [keys(b) for b in resumed] == epoch1
+
+
+def test_state_is_small_and_needs_no_worker_round_trip(urls: list[str]) -> None:
+    ds = ss.Dataset(urls, seed=1).to_tuple("__key__").batched(4)
+    loader = ss.WebLoader(ds, batch_size=None, num_workers=2)
+    it = iter(loader)
+    for _ in range(5):
+        next(it)
+    state = loader.state_dict()
+    assert len(json.dumps(state)) < 4096, len(json.dumps(state))
+    loader.close()
+
+
+def test_a_state_that_does_not_fit_is_refused_naming_the_fields(urls: list[str]) -> None:
+    state = _state_after("shuffled", urls, 2, 3)
+    other_seed = ss.WebLoader(
+        ss.Dataset(urls, seed=4).shuffle(20).to_tuple("__key__").batched(4), batch_size=None
+    )
+    with pytest.raises(StateError, match="seed"):
+        other_seed.load_state_dict(state)
+    with pytest.raises(StateError, match="shards"):
+        make("shuffled", urls[:-1], 2).load_state_dict(state)
+    with pytest.raises(StateError, match="num_workers=2"):
+        make("shuffled", urls, 0).load_state_dict(state)
+    with pytest.raises(StateError, match="rank 1 of 2"):
+        make("shuffled", urls, 2).load_state_dict({**state, "rank": 1, "world_size": 2})
+    with pytest.raises(StateError, match="missing"):
+        make("shuffled", urls, 2).load_state_dict({k: v for k, v in state.items() if k != "workers"})
+    with pytest.raises(StateError, match="version"):
+        make("shuffled", urls, 2).load_state_dict({"hello": 1})
+
+
+def test_load_while_iterating_raises(urls: list[str]) -> None:
+    loader = make("shuffled", urls, 0)
+    it = iter(loader)
+    next(it)
+    with pytest.raises(StateError, match="iterat"):
+        loader.load_state_dict(loader.state_dict())
