@@ -108,3 +108,41 @@ def test_load_while_iterating_raises(urls: list[str]) -> None:
     next(it)
     with pytest.raises(StateError, match="iterat"):
         loader.load_state_dict(loader.state_dict())
+
+
+def test_resume_at_90_percent_over_http_reads_only_the_shard_in_progress(
+    http_server: Any, tmp_path: Path
+) -> None:
+    """Instant: shards before the cursor are not opened; the one in progress is a ranged read."""
+    sizes = {}
+    for s in range(10):
+        with ss.ShardWriter(str(tmp_path / f"r{s}-%02d.tar"), maxcount=1000) as sink:
+            for i in range(40):
+                sink.write({"__key__": f"r{s}_{i:03d}", "bin": bytes(2000)})
+        data = (tmp_path / f"r{s}-00.tar").read_bytes()
+        sizes[f"resume90/r{s}.tar"] = len(data)
+        http_server.write(f"resume90/r{s}.tar", data)
+    urls = [http_server.url_for(p) for p in sizes]
+
+    def make() -> ss.WebLoader:
+        ds = ss.Dataset(urls, seed=1).to_tuple("__key__").batched(10)
+        return ss.WebLoader(ds, batch_size=None, num_workers=0)
+
+    full = [list(b[0]) for b in make()]
+    loader = make()
+    it = iter(loader)
+    for _ in range(37):  # 92% of 40 batches: 9 shards done, 10 samples into the 10th
+        next(it)
+    state = json.loads(json.dumps(loader.state_dict()))
+    http_server.reset_counts()
+    resumed = make()
+    resumed.load_state_dict(state)
+    rest = [list(b[0]) for b in resumed]
+    assert full[:37] + rest == full
+    requested = {p: http_server.range_headers(p) for p in sizes if http_server.gets(p)}
+    # Only the shard in progress is opened, with a range starting at its 11th sample.
+    assert len(requested) == 1, requested
+    [(path, headers)] = requested.items()
+    assert len(headers) == 1 and headers[0] is not None and headers[0].startswith("bytes=")
+    offset = int(headers[0].split("=")[1].split("-")[0])
+    assert 0 < offset < sizes[path]

@@ -22,6 +22,7 @@ class ChainNode(Node):
         self.indexable = last.indexable
         self.item = last.item  # type: ignore[method-assign]
         self.item_at = last.item_at  # type: ignore[method-assign]
+        self.items_at = last.items_at  # type: ignore[method-assign]
         self._it = iter(last)
 
     def state_dict(self) -> StateDict:

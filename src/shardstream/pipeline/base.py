@@ -160,6 +160,10 @@ class Node:
             "over it cannot be saved as positions"
         )
 
+    def items_at(self, tokens: list[Any]) -> list[Any]:
+        """``item_at`` for many positions at once (a reader groups them by shard: one pass each)."""
+        return [self.item_at(t) for t in tokens]
+
     def item(self, k: int) -> Any:
         """The ``k``-th item of this epoch's output, for nodes whose output is a known list."""
         raise StateError(f"{type(self).__name__} has no random access to its items")
@@ -253,6 +257,10 @@ class _MapNode(Node):
     def item_at(self, token: Any) -> Any:
         assert self.upstream is not None
         return self.fn(self.upstream.item_at(token))
+
+    def items_at(self, tokens: list[Any]) -> list[Any]:
+        assert self.upstream is not None
+        return [self.fn(item) for item in self.upstream.items_at(tokens)]
 
 
 class MapStage(Stage):

@@ -113,7 +113,7 @@ class _BatchNode(Node):
 
     def item_at(self, token: Any) -> Any:
         assert self.upstream is not None
-        items = [self.upstream.item_at(t) for t in token]
+        items = self.upstream.items_at(list(token))
         collate = self.stage.collation_fn
         return collate(items) if collate is not None else items
 

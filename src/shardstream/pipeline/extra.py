@@ -81,6 +81,7 @@ class _NonEmptyNode(Node):
         self.seen = bool((state or {}).get("seen", False))
         self.tell = upstream.tell
         self.item_at = upstream.item_at  # type: ignore[method-assign]
+        self.items_at = upstream.items_at  # type: ignore[method-assign]
         self._it = self._run()
 
     def _run(self) -> Iterator[Any]:

@@ -1,4 +1,10 @@
-"""Field selection stages for dict samples: to_tuple, rename, extract_keys, rename_keys."""
+"""Field selection stages for dict samples: to_tuple, rename, extract_keys, rename_keys.
+
+A field a stage names but a sample lacks raises :class:`~shardstream.errors.MissingFieldError`,
+which is both the ``ValueError`` WebDataset 1.0.2 raises and a ``KeyError``; the stage's error
+policy (``handler=``) decides what happens next, as in WebDataset. ``extract_keys`` and
+``rename_keys`` have no ``handler`` in WebDataset and always raise.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +13,11 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..errors import MissingFieldError
 from ..handlers import Handler, reraise_exception
 from .base import MapStage, Stage
 
 __all__ = ["Rename", "ToTuple", "extract_keys", "getfirst", "rename", "rename_keys", "to_tuple"]
-
-_MISSING = object()
 
 
 def _alternatives(spec: str | Sequence[str]) -> tuple[str, ...]:
@@ -23,17 +28,31 @@ def _alternatives(spec: str | Sequence[str]) -> tuple[str, ...]:
     return tuple(spec)
 
 
+def _fields_of(sample: Any) -> list[str]:
+    return sorted(k for k in sample if not str(k).startswith("__")) if isinstance(sample, dict) else []
+
+
+def _key_of(sample: Any) -> Any:
+    return sample.get("__key__") if isinstance(sample, dict) else None
+
+
 def getfirst(
     a: dict[str, Any], keys: str | Sequence[str], default: Any = None, missing_is_error: bool = True
 ) -> Any:
-    """Value of the first of ``keys`` (a list or ``"jpg;png"``) present in ``a``."""
-    for k in _alternatives(keys):
+    """Value of the first of ``keys`` (a list or ``"jpg;png"``) present in ``a``.
+
+    Raises:
+        MissingFieldError: (a KeyError and a ValueError) when none is present and
+            ``missing_is_error`` (else ``default`` is returned).
+    """
+    names = _alternatives(keys)
+    for k in names:
         if k in a:
             return a[k]
     if missing_is_error:
-        raise KeyError(
-            f"none of the fields {list(_alternatives(keys))} is in sample {a.get('__key__')!r} "
-            f"(it has {sorted(k for k in a if not k.startswith('__'))}); check the extensions in the shards"
+        raise MissingFieldError(
+            f"none of the fields {list(names)} is in sample {_key_of(a)!r} (it has {_fields_of(a)}); "
+            "check the extensions in the shards, or pass missing_is_error=False"
         )
     return default
 
@@ -72,7 +91,7 @@ class ToTuple(MapStage):
                 result = tuple(getfirst(sample, f, None, missing_is_error) for f in fields)
             # Identity test: "None in result" would call __eq__ on numpy arrays and fail.
             if none_is_error and any(x is None for x in result):
-                raise ValueError(f"to_tuple{tuple(names)} found None in sample {sample.get('__key__')!r}")
+                raise ValueError(f"to_tuple{tuple(names)} found None in sample {_key_of(sample)!r}")
             return result
 
         return apply
@@ -114,7 +133,15 @@ def rename(handler: Handler = reraise_exception, keep: bool = True, **kw: str) -
     return Rename(handler, keep, **kw)
 
 
+def _glob(pattern: str) -> Callable[[str], Any]:
+    return re.compile(fnmatch.translate(pattern)).match
+
+
 class _ExtractKeys(MapStage):
+    """WebDataset's rule: a field matches a pattern (``"*.jpg"``, ``"cls"``, ``"jpg;png"``) when
+    the pattern matches the field name or ``"." + name``; a pattern without a match is an error,
+    or left out of the tuple with ``ignore_missing``."""
+
     def __init__(self, *patterns: str, duplicate_is_error: bool = True, ignore_missing: bool = False) -> None:
         self.patterns = patterns
         self.duplicate_is_error = duplicate_is_error
@@ -122,21 +149,31 @@ class _ExtractKeys(MapStage):
         self.handler = reraise_exception
 
     def function(self) -> Callable[[Any], Any]:
-        return self._extract
+        rules = [
+            (p, [_glob(alt) for alt in (p.split(";") if isinstance(p, str) else p)]) for p in self.patterns
+        ]
+        duplicate_is_error, ignore_missing = self.duplicate_is_error, self.ignore_missing
 
-    def _extract(self, sample: Any) -> Any:
-        result: list[Any] = []
-        for pattern in self.patterns:
-            matches = [v for k, v in sample.items() if fnmatch.fnmatch("." + k, "*." + pattern)]
-            if not matches:
-                if self.ignore_missing:
-                    result.append(None)
-                    continue
-                raise KeyError(f"no field of sample {sample.get('__key__')!r} matches {pattern!r}")
-            if len(matches) > 1 and self.duplicate_is_error:
-                raise ValueError(f"several fields of sample {sample.get('__key__')!r} match {pattern!r}")
-            result.append(matches[0])
-        return tuple(result)
+        def apply(sample: Any) -> Any:
+            result: list[Any] = []
+            for pattern, matchers in rules:
+                matches = [k for k in sample if any(m("." + k) or m(k) for m in matchers)]
+                if not matches:
+                    if ignore_missing:
+                        continue
+                    raise MissingFieldError(
+                        f"no field of sample {_key_of(sample)!r} matches {pattern!r} (it has "
+                        f"{_fields_of(sample)}); pass ignore_missing=True to leave it out"
+                    )
+                if len(matches) > 1 and duplicate_is_error:
+                    raise ValueError(
+                        f"fields {matches} of sample {_key_of(sample)!r} all match {pattern!r}; "
+                        "make the pattern specific or pass duplicate_is_error=False (the first is used)"
+                    )
+                result.append(sample[matches[0]])
+            return tuple(result)
+
+        return apply
 
 
 def extract_keys(*patterns: str, duplicate_is_error: bool = True, ignore_missing: bool = False) -> Stage:
@@ -145,6 +182,10 @@ def extract_keys(*patterns: str, duplicate_is_error: bool = True, ignore_missing
 
 
 class _RenameKeys(MapStage):
+    """WebDataset's rule: each field's basename, lower-cased, is matched against the patterns,
+    the last rule first; unmatched fields (``__key__`` included) are dropped unless
+    ``keep_unselected``; a second field for one new name is an error or dropped."""
+
     def __init__(
         self,
         *args: tuple[str, str],
@@ -153,35 +194,50 @@ class _RenameKeys(MapStage):
         duplicate_is_error: bool = True,
         **kw: str,
     ) -> None:
-        self.rules = [(new, re.compile(fnmatch.translate(pat))) for new, pat in [*args, *kw.items()]]
+        self.rules = [(pattern, new) for new, pattern in [*args, *kw.items()]]
         self.keep_unselected = keep_unselected
         self.must_match = must_match
         self.duplicate_is_error = duplicate_is_error
         self.handler = reraise_exception
 
     def function(self) -> Callable[[Any], Any]:
-        return self._rename
+        rules = [(pattern, _glob(pattern), new) for pattern, new in reversed(self.rules)]
+        keep_unselected, must_match = self.keep_unselected, self.must_match
+        duplicate_is_error = self.duplicate_is_error
+        patterns = [pattern for pattern, _ in self.rules]
 
-    def _rename(self, sample: Any) -> Any:
-        out: dict[str, Any] = {}
-        matched: set[str] = set()
-        for key, value in sample.items():
-            for new, pat in self.rules:
-                if pat.match(key):
-                    if new in out and self.duplicate_is_error:
+        def apply(sample: Any) -> Any:
+            out: dict[str, Any] = {}
+            matched: set[str] = set()
+            for path, value in sample.items():
+                fname = path.rpartition("/")[2].lower()
+                new = None
+                for pattern, match, name in rules:
+                    if match(fname):
+                        matched.add(pattern)
+                        new = name
+                        break
+                if new is None:
+                    if keep_unselected:
+                        out[path] = value
+                    continue
+                if new in out:
+                    if duplicate_is_error:
                         raise ValueError(
-                            f"rename_keys: two fields map to {new!r} in {sample.get('__key__')!r}"
+                            f"rename_keys: two fields of sample {_key_of(sample)!r} become {new!r}; "
+                            "make the patterns specific or pass duplicate_is_error=False (the first is kept)"
                         )
-                    out[new] = value
-                    matched.add(new)
-                    break
-            else:
-                if self.keep_unselected or key.startswith("__"):
-                    out[key] = value
-        if self.must_match and len(matched) < len(self.rules):
-            missing = [new for new, _ in self.rules if new not in matched]
-            raise KeyError(f"rename_keys: no field for {missing} in sample {sample.get('__key__')!r}")
-        return out
+                    continue
+                out[new] = value
+            if must_match and len(matched) < len(set(patterns)):
+                missing = [p for p in patterns if p not in matched]
+                raise MissingFieldError(
+                    f"rename_keys: no field of sample {_key_of(sample)!r} matches {missing} (it has "
+                    f"{_fields_of(sample)}); pass must_match=False to allow that"
+                )
+            return out
+
+        return apply
 
 
 def rename_keys(

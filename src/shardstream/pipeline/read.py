@@ -12,6 +12,7 @@ import logging
 from collections.abc import Iterator
 from typing import Any, Protocol
 
+from ..errors import StateError
 from ..handlers import Handler, reraise_exception
 from ..sources import SchemeRouter, Source
 from ..tar.grouping import Cursor
@@ -59,6 +60,36 @@ class _ReadNode(Node):
         assert self.upstream is not None
         url = _url(self.upstream.item(int(shard)))
         return self.stage.format.sample_at(self.stage.source, url, int(offset))
+
+    def items_at(self, tokens: list[Any]) -> list[Any]:
+        """Many samples by position: one forward pass per shard, from its first wanted offset
+        (a shuffle buffer of 1,000 samples spread over a few shards costs a few reads, not 1,000)."""
+        assert self.upstream is not None
+        wanted: dict[int, set[int]] = {}
+        for shard, offset in tokens:
+            wanted.setdefault(int(shard), set()).add(int(offset))
+        found: dict[tuple[int, int], Any] = {}
+        stage, cursor = self.stage, Cursor()
+        for shard, offsets in wanted.items():
+            url = _url(self.upstream.item(shard))
+            samples = stage.format.samples(stage.source, url, offset=min(offsets), cursor=cursor)
+            try:
+                remaining = len(offsets)
+                for sample in samples:
+                    if cursor.start in offsets:
+                        found[shard, cursor.start] = sample
+                        remaining -= 1
+                        if remaining == 0:
+                            break
+            finally:
+                samples.close()  # type: ignore[attr-defined]
+        missing = [t for t in tokens if (int(t[0]), int(t[1])) not in found]
+        if missing:
+            raise StateError(
+                f"no sample starts at the saved positions {missing[:3]} (shard number, byte offset); "
+                "the shards changed since the state was saved: restore with the same shards"
+            )
+        return [found[int(s), int(o)] for s, o in tokens]
 
     def state_dict(self) -> StateDict:
         if self.url is None or self.cursor.next < 0:

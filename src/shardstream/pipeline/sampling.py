@@ -23,6 +23,7 @@ class _RandomSampleNode(Node):
         self.draws = int((state or {}).get("draws", 0))
         self.tell = upstream.tell
         self.item_at = upstream.item_at  # type: ignore[method-assign]
+        self.items_at = upstream.items_at  # type: ignore[method-assign]
         self._it = self._run(stage.p, ctx.derive(None, "rsample"))
 
     def _run(self, p: float, seed: int) -> Iterator[Any]:

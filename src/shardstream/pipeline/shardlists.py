@@ -4,10 +4,19 @@ Each builds a node whose output for the epoch is a known list (or, for resamplin
 endless sequence), so its state is one index and the reader can turn a shard number back into a
 URL (``item(k)``). The arithmetic is pure and lives in :mod:`shardstream.shards`; these stages
 only apply it to the epoch's :class:`RunContext`.
+
+Splitting keeps WebDataset's meaning, with two additions. A DataLoader worker left without
+shards (fewer shards than workers) yields nothing, since the other workers of its process hold the
+epoch; its node says so (:func:`idle_worker`), worker 0 logs it once at INFO, and a shard list empty
+as a whole raises. A rank without shards would hang DDP, so ``split_by_node`` still raises
+:class:`~shardstream.errors.SplitError`; when uneven shards give ranks different batch counts and
+their sample counts are in an ``_info.json`` beside them, rank 0 warns at the start of the epoch.
 """
 
 from __future__ import annotations
 
+import itertools
+import logging
 import random
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -18,6 +27,8 @@ from ..shards.plan import epoch_order
 from ..shards.spec import expand_urls
 from ..shards.split import split_slice, take_every
 from ..shards.world import World, derive_seed
+from ..sources import scheme_of
+from ..tar.index import read_index
 from .base import ListNode, Node, RunContext, Stage, StateDict
 
 __all__ = [
@@ -25,11 +36,14 @@ __all__ = [
     "ShardShuffle",
     "SimpleShardList",
     "Splitter",
+    "idle_worker",
     "shardspec",
     "single_node_only",
     "split_by_node",
     "split_by_worker",
 ]
+
+log = logging.getLogger(__name__)
 
 
 def _upstream_items(upstream: Node | None, what: str) -> Sequence[Any] | None:
@@ -197,12 +211,60 @@ class _LazySplitNode(Node):
         return {"seen": self.seen}
 
 
+class _WorkerSliceNode(ListNode):
+    """This worker's shards; ``idle`` when the epoch has shards but none for this worker."""
+
+    def __init__(self, items: Sequence[Any], idle: bool, state: StateDict | None) -> None:
+        super().__init__(items, state)
+        self.idle = idle
+
+
+def idle_worker(node: Node | None) -> bool:
+    """True when ``node`` reads from a worker split that left this DataLoader worker without shards.
+
+    An emptiness check after the reader uses it to tell an idle worker (harmless: the other
+    workers hold the epoch's shards) from an epoch without samples.
+    """
+    for _ in range(1000):  # a chain of nodes, nested pipelines included; never a cycle
+        if node is None:
+            return False
+        if getattr(node, "idle", False):
+            return True
+        inner = getattr(node, "nodes", None)  # a nested pipeline: walk its own chain
+        node = inner[-1] if inner else node.upstream
+    return False
+
+
+_idle_logged = False
+
+
+def _split_workers(items: Sequence[Any], world: World, state: StateDict | None) -> Node:
+    global _idle_logged
+    index, count = split_slice(world, "worker")
+    if not items:
+        raise SplitError(
+            f"the shard list of this epoch is empty (rank {world.rank} of {world.world_size}): there "
+            "is nothing to split over the DataLoader workers. Check the spec and the stages before "
+            "split_by_worker."
+        )
+    if index == 0 and len(items) < count and not _idle_logged:
+        _idle_logged = True
+        log.info(
+            "%d of %d DataLoader workers have no shard (%d shards this epoch): they yield nothing, "
+            "the others read every shard; at most %d workers are useful",
+            *(count - len(items), count, len(items), len(items)),
+        )
+    mine = list(itertools.islice(items, index, None, count))
+    return _WorkerSliceNode(mine, idle=not mine, state=state)
+
+
 class Splitter(Stage):
     """Split shards over ranks (``by="node"``), DataLoader workers (``by="worker"``), or refuse
     multi-rank use (``by="single"``); the slice comes from the epoch context's world.
 
     Instances are WebDataset's ``split_by_node``, ``split_by_worker`` and ``single_node_only``;
     like those functions they can be called on a shard iterator: ``split_by_worker(src)``.
+    Workers without a shard yield nothing; a rank without a shard raises (see the module docstring).
     """
 
     def __init__(self, by: str) -> None:
@@ -230,6 +292,10 @@ class Splitter(Stage):
             what = "rank" if self.by == "node" else "worker"
         items = _upstream_items(upstream, f"split_by_{self.by}")
         if items is not None:
+            if self.by == "worker":
+                return _split_workers(items, world, state)
+            if self.by == "node" and world.world_size > 1 and world.rank == 0 and world.worker == 0:
+                _warn_uneven(items, ctx)
             mine = list(take_every(items, index, count, what=what))
             return ListNode(mine, state)
         assert upstream is not None
@@ -245,3 +311,67 @@ class Splitter(Stage):
 split_by_node = Splitter("node")
 split_by_worker = Splitter("worker")
 single_node_only = Splitter("single")
+
+
+# -- uneven ranks under split_by_node ---------------------------------------------------------------
+
+#: shard directory -> {basename: samples} from its _info.json (None: none readable), per process.
+_INDEXES: dict[str, dict[str, int] | None] = {}
+_uneven_checked = False
+
+
+def _indexed_counts(urls: list[str]) -> list[int] | None:
+    """Sample counts of ``urls`` from the ``_info.json`` beside them; None if any is unknown."""
+    counts = []
+    for url in urls:
+        directory, _, name = url.rpartition("/")
+        if directory not in _INDEXES:
+            try:
+                _INDEXES[directory] = None if scheme_of(url) == "pipe" else read_index(directory)
+            except Exception as exc:  # no index, unreadable, unreachable: nothing to warn about
+                log.debug("no shard index beside %s (%s)", url, exc)
+                _INDEXES[directory] = None
+        table = _INDEXES[directory]
+        if table is None or name not in table:
+            return None
+        counts.append(table[name])
+    return counts
+
+
+def _warn_uneven(items: Sequence[Any], ctx: RunContext) -> None:
+    """Warn (once per process, rank 0 worker 0) when this epoch's ranks get different batch counts.
+
+    Batches are counted for the first ``batched`` stage of the dataset this DataLoader worker
+    iterates (each worker batches its own shards); without one, samples are compared.
+    """
+    global _uneven_checked
+    torch_data = sys.modules.get("torch.utils.data")
+    dataset = getattr(torch_data.get_worker_info() if torch_data else None, "dataset", None)
+    if _uneven_checked or getattr(dataset, "nsamples", -1) > 0:  # with_epoch(n): equal per worker
+        return
+    _uneven_checked = True
+    counts = _indexed_counts([item["url"] if isinstance(item, dict) else str(item) for item in items])
+    if counts is None:
+        return
+    ranks, workers = ctx.world.world_size, max(1, ctx.world.num_workers)
+    samples = [[sum(counts[r::ranks][w::workers]) for w in range(workers)] for r in range(ranks)]
+    todo, size, partial = [dataset], 0, True
+    while todo and not size:  # the first batched() stage, nested pipelines included
+        stage = todo.pop(0)
+        size, partial = getattr(stage, "batchsize", 0) or 0, getattr(stage, "partial", True)
+        todo.extend(getattr(stage, "pipeline", None) or [])
+    per_rank = [sum((-(-n // size) if partial else n // size) if size else n for n in s) for s in samples]
+    if len(set(per_rank)) == 1:
+        _uneven_checked = False  # balanced in this epoch's shard order; check the next epoch too
+        return
+    log.warning(
+        "split_by_node gives the %d ranks different amounts of data in epoch %d (%s %s, from the "
+        "shards' _info.json): under DDP the rank that runs out first waits forever in the next "
+        "collective. Use split='equal' with batch_size= (WebDataset(urls, split='equal', batch_size=b) "
+        "or Dataset(urls, split=SplitPolicy('equal', batch_size=b))) for the same number of batches "
+        "on every rank, or resampled=True with .with_epoch(n) (and .with_length(n) on the loader).",
+        ranks,
+        ctx.epoch,
+        ", ".join(f"rank {r}: {n}" for r, n in enumerate(per_rank)),
+        f"batches of {size} per DataLoader worker" if size else "samples",
+    )

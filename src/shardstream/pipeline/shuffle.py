@@ -2,7 +2,7 @@
 
 The state is the number of random draws made so far and the *positions* of the buffered items
 (tokens from the upstream's ``tell``, e.g. ``[shard, byte offset]``), never their bytes. On
-restore the buffer is refilled with ``upstream.item_at(token)`` (one ranged read per item) and
+restore the buffer is refilled with ``upstream.items_at(tokens)`` (one pass per shard) and
 the random stream is fast-forwarded: draws come in blocks of 65,536 each seeded from
 ``(seed, block)``, so at most one block is replayed.
 """
@@ -44,16 +44,18 @@ class _ShuffleNode(Node):
         self.explicit_rng = stage.rng
         self.stateful = upstream.tell is not None and stage.rng is None
         tokens = state.get("buffer", [])
-        self.buf: list[Any] = [upstream.item_at(t) for t in tokens]
+        self.buf: list[Any] = upstream.items_at(list(tokens)) if tokens else []
         self.pos: list[Any] = list(tokens)
         self.last: Any = None  # position of the item yielded last
         if upstream.tell is not None:
             self.tell = self._tell
             self.item_at = upstream.item_at  # type: ignore[method-assign]
+            self.items_at = upstream.items_at  # type: ignore[method-assign]
         self._it = self._run() if self.bufsize >= 2 else iter(upstream)
         if self.bufsize < 2:
             self.tell = upstream.tell
             self.item_at = upstream.item_at  # type: ignore[method-assign]
+            self.items_at = upstream.items_at  # type: ignore[method-assign]
             self.stateful = True
 
     def _tell(self) -> Any:

@@ -19,6 +19,7 @@ class _SliceNode(Node):
         self.index = int((state or {}).get("index", 0))  # upstream items consumed
         self.tell = upstream.tell
         self.item_at = upstream.item_at  # type: ignore[method-assign]
+        self.items_at = upstream.items_at  # type: ignore[method-assign]
         self._it = self._run(*bounds)
 
     def _run(self, start: int, stop: int | None, step: int) -> Iterator[Any]:
