@@ -82,11 +82,17 @@ def test_state_is_small_plain_data(shard_root: Path) -> None:
 def test_mismatched_state_is_refused(shard_root: Path) -> None:
     state = save_after("batched", shard_root, 0, 2)
     other = ss.DataPipeline(ss.SimpleShardList([str(next(shard_root.iterdir()))]), ss.ReadShards())
-    other.load_state_dict(state)
     with pytest.raises(StateError, match="stages"):
-        list(other)
+        other.load_state_dict(state)  # the fingerprint names what differs
+    unchecked = {k: v for k, v in state.items() if k != "fingerprint"}
+    other.load_state_dict(unchecked)
+    with pytest.raises(StateError, match="stages"):
+        list(other)  # without a fingerprint, the shape check still refuses it
     with pytest.raises(StateError, match="epoch"):
         other.load_state_dict({"nodes": []})
+    seeded = ss.Dataset(str(shard_root / "part0-00.tar"), seed=1)
+    with pytest.raises(StateError, match="seed: saved 1, now 2"):
+        ss.Dataset(str(shard_root / "part0-00.tar"), seed=2).load_state_dict(seeded.state_dict())
 
 
 def test_every_builtin_stage_class_is_covered() -> None:

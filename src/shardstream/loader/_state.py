@@ -17,9 +17,8 @@ arrive in the same order as in the uninterrupted run.
 
 from __future__ import annotations
 
-import hashlib
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
@@ -63,35 +62,19 @@ class StampingCollate:
         out = self.collate(data)
         info = get_worker_info()
         dataset = info.dataset if info is not None else self.main_dataset
-        state_dict = getattr(dataset, "state_dict", None)
-        if state_dict is None:
+        position = getattr(dataset, "position", None)
+        if position is None:
             return out
-        return Stamped(out, info.id if info is not None else 0, state_dict())
+        return Stamped(out, info.id if info is not None else 0, position())
 
     def __getstate__(self) -> dict[str, Any]:
         # Workers get their own dataset copy; do not pickle the main one a second time.
         return {"collate": self.collate, "main_dataset": None}
 
 
-def _digest(parts: Sequence[object]) -> str:
-    return hashlib.blake2b(repr(list(parts)).encode(), digest_size=8).hexdigest()
-
-
 def fingerprint(dataset: Any, batch_size: int | None) -> dict[str, Any]:
-    """What a state was taken from: shards, counts, seed, split, batching and stages."""
-    urls = getattr(dataset, "urls", None)
-    planned = getattr(dataset, "planned", None)
-    split = getattr(dataset, "split", None)
-    return {
-        "shards": _digest(urls) if urls is not None else None,
-        "nshards": len(urls) if urls is not None else None,
-        "counts": _digest(planned.counts) if planned is not None and planned.counts is not None else None,
-        "seed": getattr(dataset, "seed", None),
-        "split": getattr(split, "mode", None),
-        "split_batch": getattr(split, "batch_size", None),
-        "loader_batch": batch_size,
-        "stages": _digest([type(s).__name__ for s in getattr(dataset, "pipeline", [])]),
-    }
+    """What a state was taken from: the dataset's fingerprint plus the loader's batch size."""
+    return {**dataset.fingerprint(), "loader_batch": batch_size}
 
 
 def check_state(

@@ -18,6 +18,7 @@ or the epoch planner; a reader with a format and a source, cached or not); WebDa
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -149,6 +150,19 @@ class Dataset(DataPipeline, FluidInterface):
 
     def compose(self, *stages: Any) -> Any:
         return DataPipeline.compose(self, *stages)
+
+    def fingerprint(self) -> dict[str, Any]:
+        """Stages plus the shard list (and counts), seed and split a state depends on."""
+        counts = self.planned.counts if self.planned is not None else None
+        digest = hashlib.blake2b(repr((self.urls, counts)).encode(), digest_size=8).hexdigest()
+        return {
+            **DataPipeline.fingerprint(self),
+            "shards": digest,
+            "nshards": len(self.urls),
+            "seed": self.seed,
+            "split": self.split.mode,
+            "split_batch": self.split.batch_size,
+        }
 
     def __len__(self) -> int:
         """Items per rank per epoch: known with a planned split (or after ``with_length``).

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import hashlib
 import itertools
 import logging
 import sys
@@ -289,8 +290,18 @@ class DataPipeline(IterableDatasetBase):  # type: ignore[type-arg]
 
         Taken between two items; the next ``iter()`` after :meth:`load_state_dict` continues
         with the item after the last one yielded. Between epochs, the state names the next
-        epoch with no node states (it starts from the beginning).
+        epoch with no node states (it starts from the beginning). It carries a
+        :meth:`fingerprint` of the pipeline, checked on load.
         """
+        return {**self.position(), "fingerprint": self.fingerprint()}
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What a state must be restored into: the stages (subclasses add shards, seed, split)."""
+        names = [type(step).__name__ for step in self.pipeline]
+        return {"stages": hashlib.blake2b(repr(names).encode(), digest_size=8).hexdigest()}
+
+    def position(self) -> StateDict:
+        """:meth:`state_dict` without the fingerprint (what a loader records per batch)."""
         live = self._live
         if live is None or live.done:
             epoch = self._next_epoch if self._next_epoch is not None else self.epoch + 1
@@ -312,7 +323,16 @@ class DataPipeline(IterableDatasetBase):  # type: ignore[type-arg]
         """Continue from ``state`` (from :meth:`state_dict`) at the next ``iter()``."""
         if not isinstance(state, dict) or "epoch" not in state:
             raise StateError(f"not a pipeline state (no 'epoch'): {str(state)[:200]}")
-        self._restore = dict(state)
+        saved = state.get("fingerprint")
+        if saved is not None:
+            now = self.fingerprint()
+            differ = [f"{k}: saved {saved.get(k)!r}, now {v!r}" for k, v in now.items() if saved.get(k) != v]
+            if differ:
+                raise StateError(
+                    "the state was taken from a different pipeline (" + "; ".join(differ) + "); "
+                    "restore it into a pipeline built with the same shards, seed, split and stages"
+                )
+        self._restore = {k: v for k, v in state.items() if k != "fingerprint"}
         self._continuing = None
 
     # -- lengths and epochs -------------------------------------------------------------------
