@@ -49,17 +49,20 @@ if _TYPE_CHECKING:
         torch_loads,
         torch_video,
     )
+    from .compat.filters import xdecode
     from .compat.gopen import gopen, gopen_schemes
     from .compat.mix import RandomMix, RoundRobin
     from .compat.tariterators import tarfile_samples, tarfile_to_samples
+    from .compat.utils import repeatedly
     from .compat.webdataset import WebDataset, check_empty
-    from .decoders import register_decoder
+    from .decoders import AudioWindows, VideoClips, register_decoder, video_info
     from .errors import (
         AccessDeniedError,
         CacheError,
         CacheLockTimeout,
         ConfigurationError,
         DecodingError,
+        MissingFieldError,
         ObjectChangedError,
         PipeCommandError,
         ShardFormatError,
@@ -92,7 +95,7 @@ if _TYPE_CHECKING:
     from .pipeline.batch import Expand, batched, default_collation_fn, listed, unbatched, unlisted
     from .pipeline.dataset import Dataset
     from .pipeline.decode import decode
-    from .pipeline.extra import Cached, associate, info, non_empty, xdecode
+    from .pipeline.extra import Cached, associate, info, non_empty
     from .pipeline.fields import extract_keys, getfirst, rename, rename_keys, to_tuple
     from .pipeline.fluent import FluidInterface, FluidWrapper
     from .pipeline.mapping import map, map_dict, map_tuple, select, transform_with
@@ -110,7 +113,7 @@ if _TYPE_CHECKING:
         split_by_worker,
     )
     from .pipeline.shuffle import detshuffle, shuffle
-    from .pipeline.window import MockDataset, repeatedly, slice, with_epoch, with_length
+    from .pipeline.window import MockDataset, slice, with_epoch, with_length
     from .shards.plan import EpochPlan, plan_epoch
     from .shards.spec import expand_urls
     from .shards.world import World
@@ -159,11 +162,15 @@ _EXPORTS: dict[str, str] = {
     "WebDataset": "shardstream.compat.webdataset",
     "check_empty": "shardstream.compat.webdataset",
     "register_decoder": "shardstream.decoders",
+    "AudioWindows": "shardstream.decoders",
+    "VideoClips": "shardstream.decoders",
+    "video_info": "shardstream.decoders",
     "AccessDeniedError": "shardstream.errors",
     "CacheError": "shardstream.errors",
     "CacheLockTimeout": "shardstream.errors",
     "ConfigurationError": "shardstream.errors",
     "DecodingError": "shardstream.errors",
+    "MissingFieldError": "shardstream.errors",
     "ObjectChangedError": "shardstream.errors",
     "PipeCommandError": "shardstream.errors",
     "ShardFormatError": "shardstream.errors",
@@ -201,13 +208,13 @@ _EXPORTS: dict[str, str] = {
     "associate": "shardstream.pipeline.extra",
     "info": "shardstream.pipeline.extra",
     "non_empty": "shardstream.pipeline.extra",
-    "repeatedly": "shardstream.pipeline.window",
+    "repeatedly": "shardstream.compat.utils",
     "resampled": "shardstream.pipeline.sampling",
     "rsample": "shardstream.pipeline.sampling",
     "slice": "shardstream.pipeline.window",
     "with_epoch": "shardstream.pipeline.window",
     "with_length": "shardstream.pipeline.window",
-    "xdecode": "shardstream.pipeline.extra",
+    "xdecode": "shardstream.compat.filters",
     "extract_keys": "shardstream.pipeline.fields",
     "getfirst": "shardstream.pipeline.fields",
     "rename": "shardstream.pipeline.fields",
@@ -256,6 +263,7 @@ _COMPAT_MODULES = frozenset(
 
 __all__ = [
     "AccessDeniedError",
+    "AudioWindows",
     "CacheError",
     "CacheLockTimeout",
     "CachePolicy",
@@ -274,6 +282,7 @@ __all__ = [
     "FunctionStage",
     "LRUCleanup",
     "MapStage",
+    "MissingFieldError",
     "MockDataset",
     "Node",
     "ObjectChangedError",
@@ -303,6 +312,7 @@ __all__ = [
     "TarWriter",
     "TransientSourceError",
     "UnsafeOperationError",
+    "VideoClips",
     "WebDataset",
     "WebLoader",
     "World",
@@ -372,6 +382,7 @@ __all__ = [
     "unbatched",
     "unlisted",
     "utils",
+    "video_info",
     "warn_and_continue",
     "warn_and_stop",
     "with_epoch",

@@ -4,7 +4,8 @@ Every variable shardstream understands is listed in :data:`VARIABLES` and in
 ``docs/environment.md``. Variables are read lazily (when a dataset is built, not at import), an
 explicit argument always wins over the environment, and an unknown ``SHARDSTREAM_*`` name logs a
 warning so a typo does not go unnoticed. WebDataset's ``WDS_*`` names are honoured where this
-library offers the same feature, with the ``SHARDSTREAM_*`` name taking precedence.
+library offers the same feature, with the ``SHARDSTREAM_*`` name taking precedence, and
+``${NAME}`` in a shard spec is replaced by ``WDS_NAME`` (:func:`spec_variable`), as in WebDataset.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ __all__ = [
     "launcher_env",
     "parse_size",
     "read_settings",
+    "spec_variable",
 ]
 
 log = logging.getLogger(__name__)
@@ -43,6 +45,7 @@ VARIABLES: Final[dict[str, tuple[str | None, str]]] = {
     "SHARDSTREAM_RETRIES": (None, "attempts for a transient network fault (default 8)"),
     "SHARDSTREAM_RETRY_DEADLINE": (None, "seconds a shard may spend retrying in total (default 300)"),
     "SHARDSTREAM_LOG_LEVEL": (None, "level for the shardstream logger, e.g. DEBUG"),
+    "SHARDSTREAM_ALLOW_PIPE": (None, "1: allow pipe: URLs everywhere in this process (trusted legacy code)"),
 }
 
 
@@ -119,6 +122,7 @@ class Settings:
     lock_timeout: float = 600.0
     retries: int = 8
     retry_deadline: float = 300.0
+    allow_pipe: bool = False
 
 
 def _number(name: str, value: str | None, kind: type[int] | type[float], default: float) -> float:
@@ -128,6 +132,19 @@ def _number(name: str, value: str | None, kind: type[int] | type[float], default
         return kind(value)
     except ValueError:
         raise ConfigurationError(f"{name}={value!r} is not a number") from None
+
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+def _flag(name: str, value: str | None) -> bool:
+    if value is None:
+        return False
+    text = value.strip().lower()
+    if text in _TRUE or text in _FALSE:
+        return text in _TRUE
+    raise ConfigurationError(f"{name}={value!r} is not a switch; use 1 or 0")
 
 
 def read_settings(environ: Mapping[str, str] | None = None) -> Settings:
@@ -152,7 +169,17 @@ def read_settings(environ: Mapping[str, str] | None = None) -> Settings:
         retry_deadline=_number(
             "SHARDSTREAM_RETRY_DEADLINE", env_value("SHARDSTREAM_RETRY_DEADLINE", env), float, 300.0
         ),
+        allow_pipe=_flag("SHARDSTREAM_ALLOW_PIPE", env_value("SHARDSTREAM_ALLOW_PIPE", env)),
     )
+
+
+def spec_variable(name: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """The value for ``${name}`` in a shard spec: ``WDS_<name>`` (WebDataset's rule), or ``None``.
+
+    Read when the spec is expanded (a dataset or shard list is built), never at import.
+    """
+    env = os.environ if environ is None else environ
+    return env.get("WDS_" + name)
 
 
 @dataclass(frozen=True)

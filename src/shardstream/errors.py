@@ -6,6 +6,7 @@ clauses written for WebDataset keep working::
     ShardStreamError
     ├── ShardFormatError (ValueError)        corrupt or truncated tar; names url, member, offset
     ├── DecodingError (ValueError)           a member could not be decoded
+    ├── MissingFieldError (KeyError, ValueError)  a sample lacks a field a stage names (to_tuple, rename, ...)
     ├── UnsafeOperationError (PermissionError)  pickle decoding or pipe: used without opting in
     ├── ConfigurationError (ValueError)      bad argument or spec; the message says the fix
     │   ├── SplitError                       fewer shards than ranks x workers, and similar
@@ -26,6 +27,7 @@ are passed through :func:`redact_url` before they are formatted.
 from __future__ import annotations
 
 import re
+from urllib.parse import unquote
 
 __all__ = [
     "AccessDeniedError",
@@ -33,6 +35,7 @@ __all__ = [
     "CacheLockTimeout",
     "ConfigurationError",
     "DecodingError",
+    "MissingFieldError",
     "ObjectChangedError",
     "PipeCommandError",
     "ShardFormatError",
@@ -46,18 +49,78 @@ __all__ = [
     "redact_url",
 ]
 
-_USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
-_SECRET_QUERY = re.compile(
-    r"(?i)([?&](?:x-amz-signature|x-amz-credential|x-amz-security-token|signature|sig|token|"
-    r"access_key|secret|password|aws_secret_access_key)=)[^&\s]*"
+# user:password@ in any URL's authority (greedy up to the last "@" before the path, so a password
+# containing "@" is removed whole).
+_USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/?#\s]*@")
+
+#: Query parameters whose values are secrets (compared case-insensitively). Signed URLs:
+#: AWS SigV4 (``X-Amz-Signature``, ``X-Amz-Credential``, ``X-Amz-Security-Token``) and SigV2
+#: (``AWSAccessKeyId``, ``Signature``); GCS V4 (``X-Goog-Signature``, ``X-Goog-Credential``) and V2
+#: (``GoogleAccessId``, ``Signature``); Azure SAS (``sig``; its other fields ``sv``, ``se``,
+#: ``sp``, ``skoid``, ``sktid``, ... are validity, permissions and key identifiers, useless without
+#: ``sig``, and are kept for debugging). Then the usual token, key and password names.
+_SECRET_PARAMETERS = frozenset(
+    {
+        "x-amz-signature",
+        "x-amz-credential",
+        "x-amz-security-token",
+        "awsaccesskeyid",
+        "signature",
+        "x-goog-signature",
+        "x-goog-credential",
+        "googleaccessid",
+        "sig",
+        "token",
+        "access_token",
+        "id_token",
+        "refresh_token",
+        "auth_token",
+        "session_token",
+        "security_token",
+        "aws_session_token",
+        "key",
+        "api_key",
+        "apikey",
+        "api-key",
+        "access_key",
+        "access_key_id",
+        "aws_access_key_id",
+        "secret",
+        "secret_key",
+        "client_secret",
+        "aws_secret_access_key",
+        "password",
+        "passwd",
+        "pwd",
+        "auth",
+        "authorization",
+        "credential",
+        "credentials",
+    }
 )
+# A parameter is a name after "?", "&" or ";" up to "="; its value runs to the next separator,
+# whitespace, quote or fragment. Names are matched case-insensitively and in percent-encoded form
+# too (X%2DAmz%2DSignature).
+_QUERY_PARAM = re.compile(r"(?P<head>[?&;](?P<name>[A-Za-z0-9_.%-]+)=)(?P<value>[^&;#\s'\"<>]*)")
+
+
+def _redact_param(match: re.Match[str]) -> str:
+    name = unquote(match.group("name")).lower()
+    if name in _SECRET_PARAMETERS and match.group("value"):
+        return match.group("head") + "***"
+    return match.group(0)
 
 
 def redact_url(url: object) -> str:
-    """Return ``url`` as a string with user info and signature-like query values removed."""
+    """Return ``url`` as a string with user info and secret query values replaced by ``***``.
+
+    Works on any text (a message holding several URLs, an exception's ``str``): every
+    ``scheme://user:password@`` loses its user info, and the value of every query parameter named
+    in :data:`_SECRET_PARAMETERS` (any case) becomes ``***``.
+    """
     text = str(url)
     text = _USERINFO.sub(r"\g<scheme>***@", text)
-    return _SECRET_QUERY.sub(r"\1***", text)
+    return _QUERY_PARAM.sub(_redact_param, text)
 
 
 class ShardStreamError(Exception):
@@ -98,6 +161,15 @@ class DecodingError(ShardStreamError, ValueError):
         self.key = key
         self.extension = extension
         super().__init__(message)
+
+
+class MissingFieldError(ShardStreamError, KeyError, ValueError):
+    """A sample lacks a field that a stage names (``to_tuple("jpg")``, ``rename(x="cls")``,
+    ``map_dict(txt=...)``). Both a ``KeyError`` and a ``ValueError`` (what WebDataset raises), so
+    ``except`` clauses written for either keep working."""
+
+    def __str__(self) -> str:  # KeyError's __str__ would quote the message
+        return str(self.args[0]) if self.args else ""
 
 
 class UnsafeOperationError(ShardStreamError, PermissionError):

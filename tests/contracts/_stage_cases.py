@@ -108,7 +108,7 @@ CASES: dict[str, Callable[[Path], ss.DataPipeline]] = {
     "rename": lambda r: _base(r, ss.rename(label="cls", keep=False)),
     "rename_keys": lambda r: _base(r, ss.rename_keys(label="cls", text="txt")),
     "extract_keys": lambda r: _base(r, ss.extract_keys("txt", "cls")),
-    "xdecode": lambda r: _base(r, ss.xdecode(cls=lambda b: int(b), txt=bytes.decode)),
+    "xdecode": lambda r: _base(r, ss.xdecode(cls=lambda s: int(s.read()), txt=lambda s: s.read().decode())),
     "associate": lambda r: _base(r, ss.associate(lambda key: {"extra": key.upper()})),
     "info": lambda r: _base(r, ss.info(n=2)),
     "rsample": lambda r: _base(r, ss.rsample(0.6), seed=3),

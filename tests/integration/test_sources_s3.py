@@ -251,3 +251,46 @@ def test_ranged_read_resumes_within_the_range(
     for offset in (len(data), len(data) + 10):  # InvalidRange (416): empty, not an error
         with open_url(url, offset=offset, length=10, storage_options=opts) as stream:
             assert stream.read() == b""
+
+
+def test_credentials_set_after_a_failed_lookup_are_used(
+    s3_server: SeaweedS3, s3_bucket: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A notebook user: the first open finds no credentials, they export them, the next open works."""
+    url = s3_server.put_object(s3_bucket, "late/a.tar", b"late credentials")
+    for name in list(os.environ):
+        if name.startswith("AWS_") and name != "AWS_CA_BUNDLE":
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    opts = {"endpoint_url": s3_server.endpoint_url, "region": s3_server.region}
+    for _ in range(2):  # failing twice must not make it stick either
+        with pytest.raises(AccessDeniedError, match="no AWS credentials found"):
+            open_url(url, storage_options=opts)
+    source = get_source(url, opts)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3_server.access_key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3_server.secret_key)
+    with open_url(url, storage_options=opts) as stream:
+        assert stream.read() == b"late credentials"
+    assert get_source(url, opts) is source  # the same cached source, with a fresh lookup
+    assert stat_url(url, storage_options=opts).size == len(b"late credentials")
+
+
+def test_local_and_s3_shards_in_one_dataset(s3_server: SeaweedS3, s3_bucket: str, tmp_path: Path) -> None:
+    """storage_options apply per scheme: FileSource never sees the S3 options."""
+    import shardstream as ss
+
+    local = str(tmp_path / "local-000.tar")
+    with ss.TarWriter(local) as sink:
+        sink.write({"__key__": "local0", "cls": 0})
+    remote = f"s3://{s3_bucket}/mixed/remote-000.tar"
+    with ss.TarWriter(remote, storage_options=s3_server.storage_options) as sink:
+        sink.write({"__key__": "remote0", "cls": 1})
+    options = {**s3_server.storage_options, "read_timeout": 30.0}
+    dataset = ss.Dataset([local, remote], shuffle_shards=False, cache=None, storage_options=options)
+    assert [s["__key__"] for s in dataset] == ["local0", "remote0"]
+    compat = ss.WebDataset([remote, local], shardshuffle=False, storage_options=options)
+    assert [s["__key__"] for s in compat] == ["remote0", "local0"]
+    with pytest.raises(ConfigurationError, match="'endpoint'"):
+        list(ss.Dataset([local, remote], cache=None, storage_options={"endpoint": "x"}))

@@ -11,7 +11,6 @@ import pytest
 import torch
 
 import shardstream as wds
-from shardstream.errors import SplitError
 
 
 def test_two_workers_read_every_sample_once(make_shards) -> None:
@@ -40,11 +39,17 @@ def test_default_collation_batches_numpy_tensors_numbers_strings(make_shards) ->
     assert cls.shape == (4,) and arr.shape == (4, 3) and ten.shape == (4, 1)
 
 
-def test_fewer_shards_than_workers_names_the_counts(make_shards) -> None:
-    spec, _ = make_shards([3])
-    ds = wds.WebDataset(spec)
-    with wds.WebLoader(ds, batch_size=None, num_workers=2) as loader:
-        with pytest.raises(SplitError, match=r"1 shards for 2 workers"):
+def test_fewer_shards_than_workers_leaves_workers_idle_but_an_empty_epoch_raises(
+    make_shards, tmp_path
+) -> None:
+    spec, keys = make_shards([3])
+    with wds.WebLoader(wds.WebDataset(spec).to_tuple("__key__"), batch_size=None, num_workers=2) as loader:
+        assert [k for (k,) in loader] == keys  # worker 1 is idle, worker 0 reads the shard
+    empty = tmp_path / "empty.tar"
+    with wds.TarWriter(str(empty)):
+        pass
+    with wds.WebLoader(wds.WebDataset(str(empty)), batch_size=None, num_workers=2) as loader:
+        with pytest.raises(Exception, match="no samples in this epoch"):
             list(loader)
 
 

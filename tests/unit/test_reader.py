@@ -83,12 +83,16 @@ def test_gzip_single_and_concatenated(blocksize: int) -> None:
     assert read(gzip.compress(raw[:half]) + gzip.compress(raw[half:]), blocksize) == MEMBERS
 
 
-def test_no_end_of_archive_blocks_is_accepted() -> None:
+def test_no_end_of_archive_blocks_is_truncated() -> None:
     raw = build_tar(MEMBERS)
     body = raw.rstrip(b"\0")
-    # Cut exactly after the last member's padding.
+    # Cut exactly after the last member's padding: every member is whole, the marker is missing.
     end = len(body) + (-len(body)) % 512
-    assert read(raw[:end]) == MEMBERS
+    with pytest.raises(ShardFormatError, match="no end-of-archive marker") as info:
+        read(raw[:end])
+    assert info.value.offset == end and info.value.member is None
+    # One zero block is enough to end the archive (as for tarfile and GNU tar).
+    assert read(raw[: end + 512]) == MEMBERS
 
 
 @pytest.mark.parametrize("cut", [100, 512 + 3, 2048 + 700, -2000])

@@ -205,3 +205,77 @@ def test_policy_defaults_from_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     assert RetryPolicy.from_options(retries=5).attempts == 5  # explicit wins
     with pytest.raises(ConfigurationError, match="at least 1 attempt"):
         RetryPolicy(attempts=0)
+
+
+# -- dead server budget (first_byte_deadline) ------------------------------------------------------
+
+
+def test_default_budget_fails_a_silent_server_within_about_60s() -> None:
+    from shardstream.sources._retry import silent_server_give_up
+    from shardstream.sources.http import HTTPSource
+
+    source = HTTPSource()  # the defaults a user gets (S3Source uses the same numbers)
+    pol, pool = source.policy, source.pool
+    assert (pol.attempts, pol.deadline, pol.first_byte_deadline) == (8, 300.0, 60.0)
+    assert (pool.response_timeout, pool.read_timeout) == (20.0, 60.0)
+    # Every attempt connects and then waits response_timeout for headers that never come.
+    worst = silent_server_give_up(pol, pool.response_timeout)
+    assert 60.0 <= worst <= 61.0  # was 365 s: 60 s read timeout per attempt under a 300 s deadline
+    # A connect timeout on every attempt (host down) stays inside the budget too.
+    assert silent_server_give_up(pol, pool.connect_timeout + pool.response_timeout) <= 61.0
+    assert silent_server_give_up(RetryPolicy(attempts=2), 20.0) == 40.25  # attempts bound it first
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> _Clock:
+    fake = _Clock()
+    monkeypatch.setattr("shardstream.sources._resume.time.monotonic", fake.monotonic)
+    monkeypatch.setattr("shardstream.sources._retry.time.monotonic", fake.monotonic)
+    return fake
+
+
+def test_silent_server_gives_up_at_first_byte_deadline(clock: _Clock) -> None:
+    def silent(offset: int, etag: str | None) -> Opened:
+        clock.now += 20.0  # response_timeout spent waiting for headers
+        raise TimeoutError("timed out")
+
+    pol = RetryPolicy(sleep=clock.sleep, rng=random.Random(0))  # defaults: 8 attempts, 300 s, 60 s
+    with pytest.raises(TransientSourceError) as info:
+        ResumableReader("http://h/x.tar", silent, translate=translate, policy=pol)
+    assert 60.0 <= clock.now <= 61.0
+    assert "first_byte_deadline=60s" in str(info.value) and "does not answer" in str(info.value)
+
+
+def test_stream_with_progress_keeps_the_long_budget(clock: _Clock) -> None:
+    server = FakeServer(DATA, faults=[10_000])
+    outage = [6]  # after the first bytes, six attempts of 20 s each time out: 120 s > 60 s
+
+    def flaky(offset: int, etag: str | None) -> Opened:
+        if offset and outage[0]:
+            outage[0] -= 1
+            clock.now += 20.0
+            raise TimeoutError("timed out")
+        return server(offset, etag)
+
+    pol = RetryPolicy(sleep=clock.sleep, rng=random.Random(0))
+    reader = ResumableReader("u", flaky, translate=translate, policy=pol)
+    assert read_all(reader, 4096) == DATA
+    assert clock.now > 120.0 and reader.retries == 7
+
+
+def test_first_byte_deadline_option(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert RetryPolicy.from_options(first_byte_deadline=5).first_byte_deadline == 5.0
+    assert RetryPolicy.from_options().first_byte_deadline == 60.0
+    with pytest.raises(ConfigurationError, match="first_byte_deadline"):
+        RetryPolicy(first_byte_deadline=-1)

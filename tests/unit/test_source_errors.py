@@ -98,6 +98,8 @@ def test_s3_codes_cover_the_table(s3source: object) -> None:
     assert type(s3_error(404, None, "s3://b/k")) is ShardNotFoundError
     assert type(s3_error(403, "Odd", "s3://b/k")) is AccessDeniedError
     assert type(s3_error(503, None, "s3://b/k")) is TransientSourceError
+    assert "redirected" in str(s3_error(301, None, "s3://b/k"))  # S3 redirects are not followed
+    assert "max_redirects" in str(status_error(302, "https://h/k"))  # an unfollowed HTTP redirect
 
 
 def test_s3_botocore_mapping(s3source: object) -> None:
@@ -141,3 +143,105 @@ def test_sdks_are_imported_lazily() -> None:
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=60)
+
+
+# -- scheme detection and per-scheme storage options ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "scheme"),
+    [
+        ("good.tar", "file"),
+        ("data/good.tar", "file"),
+        ("./good.tar", "file"),
+        ("/abs/good.tar", "file"),
+        ("C:\\data\\good.tar", "file"),
+        ("c:/data/good.tar", "file"),
+        ("train-{000..009}.tar", "file"),
+        ("file:///abs/good.tar", "file"),
+        ("S3://bucket/k.tar", "s3"),
+        ("https://h/k.tar", "https"),
+        ("pipe:cat x.tar", "pipe"),
+    ],
+)
+def test_scheme_of(url: str, scheme: str) -> None:
+    from shardstream.sources import scheme_of
+
+    assert scheme_of(url) == scheme
+
+
+def test_bare_relative_names_are_local_paths(tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pathlib import Path
+
+    from shardstream.sources import get_source, open_url
+    from shardstream.sources.file import FileSource
+
+    root = Path(str(tmp_path))
+    (root / "data").mkdir()
+    (root / "good.tar").write_bytes(b"top")
+    (root / "data" / "good.tar").write_bytes(b"nested")
+    monkeypatch.chdir(root)
+    assert isinstance(get_source("good.tar"), FileSource)
+    with open_url("good.tar") as stream:
+        assert stream.read() == b"top"
+    with open_url("data/good.tar", offset=1) as stream:
+        assert stream.read() == b"ested"
+    with pytest.raises(ShardNotFoundError, match="no such file"):
+        open_url("missing.tar")
+
+
+def test_bare_relative_shard_in_a_dataset(tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pathlib import Path
+
+    import shardstream as ss
+
+    monkeypatch.chdir(Path(str(tmp_path)))
+    with ss.TarWriter("good.tar") as sink:
+        for i in range(3):
+            sink.write({"__key__": f"k{i}", "cls": i})
+    assert [s["__key__"] for s in ss.WebDataset("good.tar", shardshuffle=False)] == ["k0", "k1", "k2"]
+    assert [s["__key__"] for s in ss.Dataset("good.tar", shuffle_shards=False, cache=None)] == [
+        "k0",
+        "k1",
+        "k2",
+    ]
+
+
+def test_each_source_gets_only_its_own_options(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from shardstream.sources import SchemeRouter, get_source, open_url, source_options
+    from shardstream.sources.http import HTTPSource
+
+    path = Path(str(tmp_path)) / "a.tar"
+    path.write_bytes(b"local")
+    mixed = {"anon": True, "endpoint_url": "http://127.0.0.1:9", "read_timeout": 5.0, "buffering": 0}
+    with open_url(str(path), storage_options=mixed) as stream:  # FileSource takes buffering only
+        assert stream.read() == b"local"
+    router = SchemeRouter(mixed)
+    with router.open(str(path)) as stream:
+        assert stream.read() == b"local"
+    http = get_source("https://h/x.tar", mixed)
+    assert isinstance(http, HTTPSource) and http.pool.read_timeout == 5.0
+    s3_only = {"anon": True, "endpoint_url": "http://127.0.0.1:9"}
+    assert get_source(str(path), s3_only) is get_source(str(path))  # irrelevant options: same source
+    assert source_options("memory") == frozenset()
+    assert {"anon", "endpoint_url", "read_timeout"} <= (source_options("s3") or frozenset())
+
+
+def test_unknown_option_is_an_error_not_ignored(tmp_path: object) -> None:
+    from shardstream.errors import ConfigurationError
+    from shardstream.sources import SchemeRouter, check_storage_options, open_url
+
+    with pytest.raises(ConfigurationError, match="unknown storage option.*'endpoint'") as info:
+        open_url(str(tmp_path) + "/a.tar", storage_options={"endpoint": "http://x"})
+    assert "endpoint_url" in str(info.value)  # the message lists what each scheme accepts
+    with pytest.raises(ConfigurationError, match="'read_timout'"):
+        SchemeRouter({"read_timout": 1})
+    # Known to some source, but to none of the schemes in use: an error where the URLs are known.
+    with pytest.raises(ConfigurationError, match="'anon'.*schemes in use: file"):
+        check_storage_options({"anon": True}, ["a.tar", "/b/c.tar"])
+    with pytest.raises(ConfigurationError, match="'anon'"):
+        SchemeRouter({"anon": True}, urls=["a.tar"])
+    check_storage_options({"anon": True, "buffering": 0}, ["a.tar", "s3://b/k.tar"])
+    SchemeRouter({"anon": True}, urls=["a.tar", "s3://b/k.tar"])

@@ -3,6 +3,12 @@
 Other hosts judge a holder by this heartbeat; a holder that stops touching (its node died, the
 process was SIGKILLed) goes stale after the owner's ``stale_after`` seconds. A file that vanished
 (taken over as stale after a long pause) is reported through its ``lost`` event.
+
+Fork-aware (see :mod:`shardstream.sources._forksafe`): the thread starts and touches files only
+through the fork gate, so while a DataLoader forks its workers it is parked, holding nothing; it
+carries on in the parent afterwards. A forked child has no heartbeat thread and forgets the
+parent's files (it must not keep the parent's locks alive); it starts its own thread when it
+registers a file.
 """
 
 from __future__ import annotations
@@ -11,6 +17,8 @@ import logging
 import os
 import threading
 import time
+
+from ..sources._forksafe import gate
 
 __all__ = ["Beat", "register", "unregister"]
 
@@ -31,39 +39,47 @@ _lock = threading.Lock()
 _wake = threading.Condition(_lock)
 _beats: dict[int, Beat] = {}
 _thread: threading.Thread | None = None
+_start_lock = threading.Lock()  # never taken by the heartbeat thread itself
 
 
 def _run() -> None:
     while True:
-        with _lock:
-            now = time.monotonic()
-            due = [b for b in _beats.values() if b.next_due <= now]
+        with gate.busy():
+            with _lock:
+                now = time.monotonic()
+                due = [b for b in _beats.values() if b.next_due <= now]
+                for b in due:
+                    b.next_due = now + b.interval
+                wait = min((b.next_due for b in _beats.values()), default=now + 60.0) - now
             for b in due:
-                b.next_due = now + b.interval
-            wait = min((b.next_due for b in _beats.values()), default=now + 60.0) - now
-        for b in due:
-            try:
-                os.utime(b.path)
-            except FileNotFoundError:
-                if not b.lost.is_set():
-                    log.warning("heartbeat: %s disappeared (taken over as stale?)", b.path)
-                b.lost.set()
-            except OSError as exc:  # a transient NFS error must not kill the thread
-                log.debug("heartbeat: cannot touch %s: %s", b.path, exc)
+                try:
+                    os.utime(b.path)
+                except FileNotFoundError:
+                    if not b.lost.is_set():
+                        log.warning("heartbeat: %s disappeared (taken over as stale?)", b.path)
+                    b.lost.set()
+                except OSError as exc:  # a transient NFS error must not kill the thread
+                    log.debug("heartbeat: cannot touch %s: %s", b.path, exc)
         with _lock:
             _wake.wait(timeout=max(wait, 0.01))
 
 
+def _ensure_thread() -> None:
+    global _thread
+    # Started outside _lock: the start waits while a fork is in progress, and the fork waits for
+    # the heartbeat thread, which may need _lock, to leave its busy region.
+    with _start_lock:
+        if _thread is None or not _thread.is_alive():
+            _thread = gate.start(_run, name="shardstream-cache-heartbeat")
+
+
 def register(path: str, interval: float) -> Beat:
     """Start touching ``path`` every ``interval`` seconds; returns the handle for :func:`unregister`."""
-    global _thread
     beat = Beat(path, interval)
     with _lock:
         _beats[id(beat)] = beat
-        if _thread is None or not _thread.is_alive():
-            _thread = threading.Thread(target=_run, name="shardstream-cache-heartbeat", daemon=True)
-            _thread.start()
         _wake.notify()
+    _ensure_thread()
     return beat
 
 
@@ -75,9 +91,10 @@ def unregister(beat: Beat) -> None:
 
 def _after_fork() -> None:
     # The child has no heartbeat thread and must not touch its parent's files.
-    global _thread, _lock, _wake
+    global _thread, _lock, _wake, _start_lock
     _lock = threading.Lock()
     _wake = threading.Condition(_lock)
+    _start_lock = threading.Lock()
     _beats.clear()
     _thread = None
 

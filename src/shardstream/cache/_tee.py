@@ -7,6 +7,10 @@ If the consumer stops early, the copy still completes and is published. An error
 (the source failed, the size did not match) travels to the reader as a value and is raised
 where the reader reaches the missing bytes; the reader sees end-of-file only after the whole
 shard was verified, never a silently truncated shard.
+
+The copy thread is fork-aware (see :mod:`shardstream.sources._forksafe`): it starts through the
+fork gate and writes, hashes and publishes inside busy regions, so a DataLoader fork finds it
+waiting in a network read or parked at the gate, never holding a lock or mid-publish.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ import os
 import threading
 from collections.abc import Callable
 from typing import Any, BinaryIO
+
+from ..sources._forksafe import gate
 
 __all__ = ["Fill", "TeeReader"]
 
@@ -59,10 +65,11 @@ class Fill:
         self.written = 0
         self.done = False
         self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name=f"shardstream-fill {label}", daemon=True)
+        self._label = label
 
     def start(self) -> Fill:
-        self._thread.start()
+        """Start the copy on a daemon thread (through the fork gate, see ``_forksafe``)."""
+        gate.start(self._run, name=f"shardstream-fill {self._label}")
         return self
 
     def _copy(self) -> None:
@@ -79,14 +86,15 @@ class Fill:
                 view[:n] = data
             if n == 0:
                 return
-            chunk = view[:n]
-            while chunk:
-                chunk = chunk[os.write(self._fd, chunk) :]
-            if self._md5 is not None:
-                self._md5.update(view[:n])
-            with self.cond:
-                self.written += n
-                self.cond.notify_all()
+            with gate.busy():  # a fork waits for this, not for the network read above
+                chunk = view[:n]
+                while chunk:
+                    chunk = chunk[os.write(self._fd, chunk) :]
+                if self._md5 is not None:
+                    self._md5.update(view[:n])
+                with self.cond:
+                    self.written += n
+                    self.cond.notify_all()
             size = min(size * 2, _MAX_CHUNK)
 
     def _run(self) -> None:
@@ -96,17 +104,19 @@ class Fill:
                 self._copy()
             finally:
                 self._src.close()
-            os.close(self._fd)
-            fd_open = False
-            self._finish(self.written, self._md5.hexdigest() if self._md5 is not None else None)
-        except BaseException as exc:
-            if fd_open:
+            with gate.busy():
                 os.close(self._fd)
-            self.error = exc
-            try:
-                self._cleanup()
-            except Exception:
-                log.exception("cache: cleanup after a failed fill failed")
+                fd_open = False
+                self._finish(self.written, self._md5.hexdigest() if self._md5 is not None else None)
+        except BaseException as exc:
+            with gate.busy():
+                if fd_open:
+                    os.close(self._fd)
+                self.error = exc
+                try:
+                    self._cleanup()
+                except Exception:
+                    log.exception("cache: cleanup after a failed fill failed")
         finally:
             with self.cond:
                 self.done = True

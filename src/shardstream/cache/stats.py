@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
-import threading
 from dataclasses import dataclass
+
+from ..sources._forksafe import ForkSafeLock
 
 __all__ = ["CacheStats"]
 
@@ -42,7 +43,8 @@ class CacheStats:
     uncached: int = 0
 
     def __post_init__(self) -> None:
-        self._lock = threading.Lock()
+        # Fork-safe: a DataLoader worker inherits this object while a parent fill may hold the lock.
+        self._lock = ForkSafeLock()
 
     def add(self, **counts: int) -> None:
         """Increment counters by name (thread-safe)."""
@@ -63,4 +65,4 @@ class CacheStats:
 
     def __setstate__(self, state: dict[str, int]) -> None:
         self.__dict__.update(state)
-        self._lock = threading.Lock()
+        self._lock = ForkSafeLock()

@@ -120,7 +120,9 @@ def _human(n: float) -> str:
 
 
 def shard_stats(url: str, args: argparse.Namespace) -> dict[str, Any]:
-    """Counts for one shard: members, samples, per-extension counts and bytes, key range."""
+    """Counts for one shard: members, samples, per-extension counts and bytes, key range, and a
+    summary of its video members (codecs, sizes, rates, durations, audio) read from their headers."""
+    from ..decoders.video import VIDEO_EXTENSIONS, VideoSummary
     from ..sources import stat_url
     from ..tar.grouping import group_samples
     from ._options import parse_options
@@ -137,6 +139,7 @@ def shard_stats(url: str, args: argparse.Namespace) -> dict[str, Any]:
             yield member
 
     samples = 0
+    videos = VideoSummary()
     first_key = last_key = None
     for sample in group_samples(counted(), url):
         samples += 1
@@ -147,6 +150,8 @@ def shard_stats(url: str, args: argparse.Namespace) -> dict[str, Any]:
             if not (ext.startswith("__") and ext.endswith("__")):
                 per_ext[ext] += 1
                 ext_bytes[ext] += len(value)
+                if ext.rpartition(".")[2].lower() in VIDEO_EXTENSIONS:
+                    videos.add(f"{key}.{ext}", value)
     sniffer = sniffers[0] if sniffers else None
     size = sniffer.nread if sniffer else 0
     try:
@@ -163,6 +168,7 @@ def shard_stats(url: str, args: argparse.Namespace) -> dict[str, Any]:
         "extensions": {ext: (per_ext[ext], ext_bytes[ext]) for ext in sorted(per_ext)},
         "first_key": first_key,
         "last_key": last_key,
+        "video": videos.lines(),
     }
 
 
@@ -182,4 +188,5 @@ def run_stat(args: argparse.Namespace) -> int:
             f"extensions: {exts or '-'}\n"
             f"keys:       {s['first_key']} .. {s['last_key']}\n"
         )
+        out.writelines(line + "\n" for line in s["video"])
     return 0

@@ -1,16 +1,144 @@
-"""WebDataset-compatible ``gopen``: open a URL for reading or writing through the sources registry."""
+"""WebDataset-compatible ``gopen``: open a URL through the sources registry, and ``gopen_schemes``.
+
+``gopen_schemes`` is WebDataset's scheme -> opener table as a live view of the sources registry:
+reading an entry gives an opener function ``(url, mode="rb", bufsize=8192, **kw)``, and assigning
+one (``gopen_schemes["myfs"] = my_opener``) makes every reader in the process (datasets,
+``gopen``, the cache) open that scheme's URLs with it, as in WebDataset. Such URLs are read as
+streams from their start (a resume skips the bytes before its offset).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import os
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from typing import Any, BinaryIO
 
-from ..sources import _REGISTRY, create_url, open_url
+from ..config import read_settings
+from ..errors import ConfigurationError
+from ..sources import _REGISTRY, _instances, _lock, create_url, open_url, register_source, scheme_of
+from ..sources._range import limit
+from ..sources.base import ObjectInfo
 
-__all__ = ["gopen", "gopen_schemes"]
+__all__ = ["gopen", "gopen_error", "gopen_schemes", "reader"]
 
-#: Scheme names known to the sources registry (WebDataset exposes a scheme -> opener dict).
-gopen_schemes = _REGISTRY
+#: An opener as WebDataset calls it: ``opener(url, mode, bufsize, **kw) -> stream``.
+Opener = Callable[..., BinaryIO]
+
+_OPENERS: dict[str, Opener] = {}
+_BUILTIN = dict(_REGISTRY)  # restored when a user's opener is deleted
+_TARGET = f"{__name__}:OpenerSource"
+
+
+def _allow_pipe(explicit: bool) -> bool:
+    return explicit or read_settings().allow_pipe
+
+
+def gopen_error(url: str, *args: Any, **kw: Any) -> BinaryIO:
+    """WebDataset's ``__default__`` opener: a URL scheme without an opener raises."""
+    raise ValueError(f"{url}: no gopen handler defined")
+
+
+class OpenerSource:
+    """A Source reading the schemes whose opener functions were assigned to ``gopen_schemes``.
+
+    The opener is looked up at every open, so reassigning a scheme takes effect at once.
+    """
+
+    def __init__(self, **options: Any) -> None:
+        self.options = options
+
+    def _opener(self, url: str) -> Opener:
+        try:
+            return _OPENERS[scheme_of(url)]
+        except KeyError:
+            raise ConfigurationError(f"no opener assigned to gopen_schemes[{scheme_of(url)!r}]") from None
+
+    def open(self, url: str, *, offset: int = 0, length: int | None = None) -> BinaryIO:
+        stream = self._opener(url)(url, "rb", 8192)
+        skip = offset
+        while skip > 0:  # the opener streams from the start: drop the bytes before the range
+            chunk = stream.read(min(skip, 1 << 20))
+            if not chunk:
+                break
+            skip -= len(chunk)
+        return limit(stream, length)
+
+    def stat(self, url: str) -> ObjectInfo:
+        return ObjectInfo(size=None)
+
+    def create(self, url: str) -> BinaryIO:
+        return self._opener(url)(url, "wb", 8192)
+
+    def close(self) -> None:
+        """Nothing to release: the opener functions own their streams."""
+
+
+class _RegistryOpener:
+    """The opener function WebDataset code reads from ``gopen_schemes[scheme]`` for a built-in scheme."""
+
+    def __init__(self, scheme: str) -> None:
+        self.scheme = scheme
+
+    def __call__(self, url: str, mode: str = "rb", bufsize: int = 8192, **kw: Any) -> BinaryIO:
+        return gopen(url, mode, bufsize, **kw)
+
+    def __repr__(self) -> str:
+        return f"<shardstream opener for {self.scheme}:>"
+
+
+class _Schemes(MutableMapping[str, Opener]):
+    """Scheme -> opener, backed by the sources registry (see the module docstring)."""
+
+    def __getitem__(self, scheme: str) -> Opener:
+        if scheme in _OPENERS:
+            return _OPENERS[scheme]
+        if scheme == "__default__":
+            return gopen_error
+        if scheme in _REGISTRY:
+            return _RegistryOpener(scheme)
+        raise KeyError(scheme)
+
+    def __setitem__(self, scheme: str, opener: Opener) -> None:
+        if not callable(opener):
+            raise TypeError(f"gopen_schemes[{scheme!r}] must be an opener function (url, mode, bufsize)")
+        if scheme == "__default__":
+            raise ConfigurationError(
+                "gopen_schemes['__default__'] cannot be replaced: URLs with a scheme nobody registered "
+                "raise; assign an opener to each scheme you need"
+            )
+        _OPENERS[scheme] = opener
+        register_source(scheme, _TARGET)
+        _forget(scheme)
+
+    def __delitem__(self, scheme: str) -> None:
+        if scheme not in _OPENERS:
+            raise KeyError(scheme)
+        del _OPENERS[scheme]
+        if scheme in _BUILTIN:
+            _REGISTRY[scheme] = _BUILTIN[scheme]
+        else:
+            del _REGISTRY[scheme]
+        _forget(scheme)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(["__default__", *_REGISTRY])
+
+    def __len__(self) -> int:
+        return 1 + len(_REGISTRY)
+
+    def __repr__(self) -> str:
+        return f"gopen_schemes({sorted(_REGISTRY)}, user openers: {sorted(_OPENERS)})"
+
+
+def _forget(scheme: str) -> None:
+    """Drop this process's shared source instances of ``scheme`` so the next open uses the new entry."""
+    with _lock:
+        for key in [k for k in _instances if k[1] == scheme]:
+            del _instances[key]
+
+
+#: WebDataset's scheme -> opener table (see the module docstring).
+gopen_schemes: MutableMapping[str, Opener] = _Schemes()
 
 
 def gopen(
@@ -20,20 +148,35 @@ def gopen(
     *,
     storage_options: Mapping[str, Any] | None = None,
     allow_pipe: bool = False,
+    **kw: Any,
 ) -> BinaryIO:
     """Open ``url`` (a path or any registered scheme) for reading ("rb") or writing ("wb").
 
-    ``pipe:`` URLs need ``allow_pipe=True``; ``storage_options=`` passes source options.
-    ``bufsize`` is WebDataset's buffering size; our sources read in large blocks of their own, so
-    only the default is accepted (another value raises rather than being silently ignored).
+    An opener assigned to ``gopen_schemes`` is called as WebDataset calls it:
+    ``opener(url, mode, bufsize, **kw)``. Other schemes go through shardstream's sources, which
+    choose their own block sizes: there only the default ``bufsize`` is accepted (another value
+    raises rather than being silently ignored), and so are no further keywords. ``pipe:`` URLs
+    need ``allow_pipe=True`` (or ``SHARDSTREAM_ALLOW_PIPE=1``); ``storage_options=`` passes
+    source options.
     """
+    opener = _OPENERS.get(scheme_of(url))
+    if opener is not None:
+        return opener(url, mode, bufsize, **kw)
     if bufsize != 8192:
         raise TypeError(
             f"gopen(bufsize={bufsize}) has no effect: shardstream's sources choose their own block "
             "sizes; drop the argument"
         )
+    if kw:
+        raise TypeError(f"gopen() got unexpected keyword arguments {sorted(kw)} for {scheme_of(url)}: URLs")
+    pipe = _allow_pipe(allow_pipe)
     if mode.startswith("r"):
-        return open_url(url, storage_options=storage_options, allow_pipe=allow_pipe)
+        return open_url(os.fspath(url), storage_options=storage_options, allow_pipe=pipe)
     if mode.startswith("w"):
-        return create_url(url, storage_options=storage_options, allow_pipe=allow_pipe)
+        return create_url(os.fspath(url), storage_options=storage_options, allow_pipe=pipe)
     raise ValueError(f"gopen mode {mode!r} is not supported; use 'rb' or 'wb'")
+
+
+def reader(url: str, **kw: Any) -> BinaryIO:
+    """``gopen(url, "rb", **kw)`` (WebDataset's ``gopen.reader``)."""
+    return gopen(url, "rb", **kw)

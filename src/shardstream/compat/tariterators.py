@@ -11,9 +11,10 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from ..config import read_settings
 from ..handlers import Handler, reraise_exception
 from ..pipeline.read import ReadShards
-from ..sources import open_url
+from ..sources import SchemeRouter, open_url
 from ..tar.grouping import group_samples, split_key
 from ..tar.reader import iter_members
 from ..tar.samples import TarFormat
@@ -43,7 +44,9 @@ def valid_sample(sample: Any) -> bool:
 def url_opener(
     data: Iterable[dict[str, Any]], handler: Handler = reraise_exception, **kw: Any
 ) -> Iterator[dict[str, Any]]:
-    """``{"url"}`` -> ``{"url", "stream"}``."""
+    """``{"url"}`` -> ``{"url", "stream"}`` (``pipe:`` URLs with ``allow_pipe=True`` or
+    ``SHARDSTREAM_ALLOW_PIPE=1``)."""
+    kw.setdefault("allow_pipe", read_settings().allow_pipe)
     for sample in data:
         try:
             yield {**sample, "stream": open_url(sample["url"], **kw)}
@@ -156,8 +159,13 @@ def tarfile_to_samples(
     select_files: Callable[[str], bool] | None = None,
     rename_files: Callable[[str], str] | None = None,
 ) -> ReadShards:
-    """Stage factory: ``wds.tarfile_to_samples()`` turns shard dicts into samples."""
-    return ReadShards(TarFormat(select_files, rename_files), handler=handler)
+    """Stage factory: ``wds.tarfile_to_samples()`` turns shard dicts into samples.
+
+    ``pipe:`` URLs are refused unless ``SHARDSTREAM_ALLOW_PIPE=1`` (read here, when the stage is
+    made); the native :class:`~shardstream.pipeline.ReadShards` takes ``source=`` instead.
+    """
+    source = SchemeRouter(allow_pipe=True) if read_settings().allow_pipe else None
+    return ReadShards(TarFormat(select_files, rename_files), source, handler=handler)
 
 
 def tarfile_samples(

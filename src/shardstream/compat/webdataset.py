@@ -6,11 +6,11 @@ import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from ..config import UNSET, Unset
+from ..config import UNSET, Unset, read_settings
 from ..errors import ConfigurationError
 from ..handlers import Handler, reraise_exception
 from ..pipeline.dataset import Dataset
-from ..pipeline.extra import CheckEmpty
+from ..pipeline.extra import Cached, CheckEmpty
 from ..pipeline.policy import CachePolicy, SplitPolicy
 from ..pipeline.read import ReadShards
 from ..pipeline.shardlists import (
@@ -22,6 +22,7 @@ from ..pipeline.shardlists import (
 from ..pipeline.shuffle import detshuffle as DetShuffle  # noqa: N812
 from ..shards.world import World
 from ..tar.samples import TarFormat
+from ._xdecode import xdecode
 
 __all__ = ["WebDataset", "check_empty"]
 
@@ -53,6 +54,10 @@ class WebDataset(Dataset):
         empty_check: raise a clear error when an epoch yields no sample (default True).
         verbose: log every shard as it is opened (INFO, logger ``shardstream.pipeline.read``).
         seed: base seed for shard and sample shuffles (default from SHARDSTREAM_SEED, else 0).
+
+        ``pipe:`` URLs are refused here, when the dataset is built, unless ``allow_pipe=True`` or
+        ``SHARDSTREAM_ALLOW_PIPE=1`` (for trusted legacy code); ``${NAME}`` in ``urls`` is
+        replaced by the environment variable ``WDS_NAME``, as in WebDataset.
 
         shardstream additions (keyword-only): storage_options, allow_pipe, source, split,
         batch_size, epoch_size, granularity, index, count_cache, world; see
@@ -95,6 +100,7 @@ class WebDataset(Dataset):
         resampled = resampled or mode == "resampled"
         if isinstance(urls, (SimpleShardList, ResampledShards)):
             urls = urls.urls
+        allow_pipe = allow_pipe or read_settings().allow_pipe
         shuffled = shardshuffle not in (None, False, 0)
         if split is not None:
             if resampled or repeat:
@@ -157,6 +163,17 @@ class WebDataset(Dataset):
             self.pipeline.insert(reader, DetShuffle(size, min(size, 100), seed=seed or 0))
         if repeat and not resampled:
             self.repeat()
+
+    # WebDataset's fluent methods that the shared FluidInterface does not have.
+    def xdecode(self, *args: Any, **kw: Any) -> WebDataset:
+        """Decode fields by glob pattern, decoders reading streams (``compat.filters.xdecode``)."""
+        result: WebDataset = self.compose(xdecode(*args, **kw))
+        return result
+
+    def mcached(self) -> WebDataset:
+        """Keep the first pass's samples in memory and replay them on later passes."""
+        result: WebDataset = self.compose(Cached())
+        return result
 
 
 def _cache_policy(

@@ -5,8 +5,9 @@ The registry maps a field's last extension component (``"cls"``, ``"npy"``) to a
 so :func:`register_decoder` teaches every default Decoder a new extension. Entries may be given as
 ``"module:function"`` strings, imported on first use, so optional backends cost nothing until a
 field needs them and fail with an install hint if missing. Images are decoded by spec rather than
-by extension alone (see :mod:`.image`); video and audio by the explicit ``torch_video`` and
-``torch_audio`` handlers.
+by extension alone (see :mod:`.image`); video and audio by explicit handlers on PyAV: whole
+files with ``torch_video``/``torch_audio``, metadata with ``video_info``, and seeking clips and
+windows with :class:`VideoClips`/:class:`AudioWindows`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,10 @@ from typing import Any
 from ..errors import ConfigurationError, DecodingError
 
 __all__ = [
+    "AUDIO_EXTENSIONS",
     "IMAGE_EXTENSIONS",
+    "VIDEO_EXTENSIONS",
+    "AudioWindows",
     "BasicHandlers",
     "Continue",
     "Decoder",
@@ -27,6 +31,7 @@ __all__ = [
     "ExtensionHandler",
     "FieldDecoder",
     "ImageHandler",
+    "VideoClips",
     "basichandlers",
     "call_extension_handler",
     "default_decoder",
@@ -44,6 +49,7 @@ __all__ = [
     "torch_loads",
     "torch_video",
     "unregister_decoder",
+    "video_info",
 ]
 
 Loader = Callable[[bytes], Any]
@@ -112,8 +118,9 @@ for _names, _target in (
     register_decoder(_names, _B + _target)
 
 # Imported after the registry exists: basic.py looks it up at call time.
-from .audio import torch_audio  # noqa: E402
+from .audio import AUDIO_EXTENSIONS, AudioWindows, torch_audio  # noqa: E402
 from .basic import BasicHandlers, basichandlers, torch_loads  # noqa: E402
+from .clips import VideoClips  # noqa: E402
 from .decoder import (  # noqa: E402
     Continue,
     Decoder,
@@ -128,4 +135,4 @@ from .decoder import (  # noqa: E402
     make_decoder,
 )
 from .image import IMAGE_EXTENSIONS, ImageHandler, imagehandler, imagespecs  # noqa: E402
-from .video import torch_video  # noqa: E402
+from .video import VIDEO_EXTENSIONS, torch_video, video_info  # noqa: E402

@@ -6,17 +6,27 @@ from a colour JPEG may differ by one level (libjpeg takes the luma channel, Pill
 with its own rounding). They skip Pillow's per-image object set-up, which is most of the cost for
 small images. Anything they cannot decode (CMYK/YCCK JPEGs, corrupt data, non-JPEG bytes) returns
 ``None`` and the caller falls back to Pillow.
+
+Decompression bombs: both libraries allocate whatever size the JPEG header declares (a 633-byte
+file can claim 65500x65500 pixels, 12 GiB of RGB). So the header's dimensions pass Pillow's own
+check first (:func:`check_pixels`): the same limit (``PIL.Image.MAX_IMAGE_PIXELS``, read at each
+call), the same rule and the same types as ``Image.open``: ``DecompressionBombError`` above twice
+the limit, a ``DecompressionBombWarning`` above it (and the image is decoded, as Pillow does).
 """
 
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 
-__all__ = ["BACKENDS", "JpegDecode", "get_backend"]
+from ..errors import DecodingError
+
+__all__ = ["BACKENDS", "JpegDecode", "check_pixels", "get_backend"]
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +37,48 @@ BACKENDS = ("auto", "pillow", "simplejpeg", "turbojpeg")
 _SOI = b"\xff\xd8"
 _PLAIN_COLORSPACES = frozenset({"YCbCr", "Gray", "RGB"})
 _cache: dict[str, JpegDecode | None] = {}
+_PILLOW_DEFAULT_MAX_PIXELS = int(1024 * 1024 * 1024 // 4 // 3)  # Image.MAX_IMAGE_PIXELS's default
+
+
+def _pillow_image() -> ModuleType | None:
+    try:
+        from PIL import Image
+    except ImportError:
+        return None
+    return Image
+
+
+def check_pixels(width: int, height: int, image_module: ModuleType | None = None) -> None:
+    """Apply Pillow's decompression-bomb check to dimensions read from an image header.
+
+    Mirrors ``PIL.Image._decompression_bomb_check``: raises ``PIL.Image.DecompressionBombError``
+    when ``width * height`` exceeds twice ``PIL.Image.MAX_IMAGE_PIXELS`` and warns with
+    ``DecompressionBombWarning`` when it exceeds the limit itself; ``MAX_IMAGE_PIXELS = None``
+    disables the check. Without Pillow, its default limit applies and the error is a
+    :class:`~shardstream.errors.DecodingError`.
+
+    Args:
+        width, height: from the image header.
+        image_module: ``PIL.Image`` when the caller has it at hand (default: imported here).
+    """
+    image = image_module if image_module is not None else _pillow_image()
+    limit = image.MAX_IMAGE_PIXELS if image is not None else _PILLOW_DEFAULT_MAX_PIXELS
+    if limit is None:
+        return
+    pixels = max(1, width) * max(1, height)
+    if pixels > 2 * limit:
+        message = (
+            f"Image size ({pixels} pixels) exceeds limit of {2 * limit} pixels, "
+            "could be decompression bomb DOS attack."
+        )
+        raise image.DecompressionBombError(message) if image is not None else DecodingError(message)
+    if pixels > limit:
+        warnings.warn(
+            f"Image size ({pixels} pixels) exceeds limit of {limit} pixels, "
+            "could be decompression bomb DOS attack.",
+            image.DecompressionBombWarning if image is not None else RuntimeWarning,
+            stacklevel=3,
+        )
 
 
 def _simplejpeg() -> JpegDecode | None:
@@ -37,17 +89,24 @@ def _simplejpeg() -> JpegDecode | None:
     colorspaces = {"l": "GRAY", "rgb": "RGB", "rgba": "RGBA"}
     decode_jpeg = simplejpeg.decode_jpeg
     decode_header = simplejpeg.decode_jpeg_header
+    image = _pillow_image()
 
     def decode(data: bytes, mode: str) -> np.ndarray[Any, Any] | None:
         if data[:2] != _SOI:
             return None
         try:
-            # CMYK/YCCK colour conversion differs between libraries (Adobe's inverted CMYK): let
-            # Pillow handle those so the output never depends on which backend is installed.
-            if decode_header(data)[2] not in _PLAIN_COLORSPACES:
-                return None
+            height, width, colorspace, _ = decode_header(data)
+        except ValueError as exc:  # corrupt header: Pillow reports it (or decodes what it can)
+            log.debug("simplejpeg could not read the header (%s); falling back to Pillow", exc)
+            return None
+        # CMYK/YCCK colour conversion differs between libraries (Adobe's inverted CMYK): let
+        # Pillow handle those so the output never depends on which backend is installed.
+        if colorspace not in _PLAIN_COLORSPACES:
+            return None
+        check_pixels(width, height, image)  # before decode_jpeg allocates the declared size
+        try:
             result: np.ndarray[Any, Any] = decode_jpeg(data, colorspace=colorspaces[mode])
-        except ValueError as exc:  # unsupported colour space, corrupt data, ...
+        except ValueError as exc:  # corrupt data, ...
             log.debug("simplejpeg could not decode (%s); falling back to Pillow", exc)
             return None
         return result[:, :, 0] if mode == "l" else result
@@ -67,13 +126,21 @@ def _turbojpeg() -> JpegDecode | None:
         return None
     formats = {"l": turbojpeg.TJPF_GRAY, "rgb": turbojpeg.TJPF_RGB, "rgba": turbojpeg.TJPF_RGBA}
     cmyk = frozenset({turbojpeg.TJCS_CMYK, turbojpeg.TJCS_YCCK})
+    image = _pillow_image()
 
     def decode(data: bytes, mode: str) -> np.ndarray[Any, Any] | None:
         if data[:2] != _SOI:
             return None
         try:
-            if jpeg.decode_header(data)[3] in cmyk:  # see the simplejpeg note above
-                return None
+            header = jpeg.decode_header(data)  # (width, height, subsampling, colorspace[, ...])
+            width, height, colorspace = header[0], header[1], header[3]
+        except (OSError, ValueError) as exc:
+            log.debug("PyTurboJPEG could not read the header (%s); falling back to Pillow", exc)
+            return None
+        if colorspace in cmyk:  # see the simplejpeg note above
+            return None
+        check_pixels(width, height, image)  # before decode allocates the declared size
+        try:
             result: np.ndarray[Any, Any] = jpeg.decode(data, pixel_format=formats[mode])
         except (OSError, ValueError) as exc:
             log.debug("PyTurboJPEG could not decode (%s); falling back to Pillow", exc)

@@ -4,6 +4,9 @@ A handler (a :data:`FieldDecoder`) is ``handler(key, data)`` where ``key`` is th
 a leading dot (``".jpg"``, ``".seg.png"``); it returns the decoded value, ``None`` to pass, or
 :class:`Continue` to hand a rewritten key and data to the handlers after it (used for ``.gz``).
 For each field the first non-``None`` result wins; with no taker the bytes stay as they are.
+A handler that needs the rest of the sample (its ``__key__``, to seed per-sample randomness)
+defines ``decode_in_sample(key, data, sample)``, which is called instead of ``handler(key, data)``;
+one with per-epoch state defines ``bind(ctx)`` (see :meth:`Decoder.bind`).
 
 Dispatch is precomputed. Handlers that declare ``dispatch_extensions`` (a frozenset of last
 extension components, as every handler in this package does) are only called for fields whose
@@ -14,6 +17,7 @@ lookup plus the handler that takes it.
 
 from __future__ import annotations
 
+import copy
 import gzip
 import logging
 from collections.abc import Callable, Iterable, Mapping
@@ -42,8 +46,10 @@ log = logging.getLogger(__name__)
 #: A field decoder, ``decoder(".ext", data) -> value | None | Continue`` (WebDataset calls these
 #: "handlers"; :data:`shardstream.handlers.Handler` is something else, an error policy).
 FieldDecoder = Callable[[str, bytes], Any]
-# (position in the handler chain, function, direct): direct steps are called as f(data).
-_Plan = tuple[tuple[int, Callable[..., Any], bool], ...]
+# (position in the handler chain, function, how to call it): _KEYED f(".ext", data), _DIRECT f(data),
+# _IN_SAMPLE f(".ext", data, sample).
+_Plan = tuple[tuple[int, Callable[..., Any], int], ...]
+_KEYED, _DIRECT, _IN_SAMPLE = 0, 1, 2
 _MAX_PLANS = 4096  # field names are few in practice; bound the cache against pathological data
 
 
@@ -207,30 +213,40 @@ class Decoder:
         return plan
 
     def _build_plan(self, extension: str) -> _Plan:
-        steps: list[tuple[int, Callable[..., Any], bool]] = []
+        steps: list[tuple[int, Callable[..., Any], int]] = []
         for i, (handler, accepted) in enumerate(zip(self.handlers, self._filters, strict=True)):
             if accepted is not None and extension not in accepted:
+                continue
+            in_sample = getattr(handler, "decode_in_sample", None)
+            if in_sample is not None:
+                steps.append((i, in_sample, _IN_SAMPLE))
                 continue
             # A handler with dispatch_lookup promises handler(key, data) == loader(data) for every
             # key whose last component is `extension`, so the plan can call the loader directly.
             lookup = getattr(handler, "dispatch_lookup", None)
             if lookup is None:
-                steps.append((i, handler, False))
+                steps.append((i, handler, _KEYED))
                 continue
             loader = lookup(extension)
             if loader is not None:
-                steps.append((i, loader, True))
+                steps.append((i, loader, _DIRECT))
         return tuple(steps)
 
-    def decode1(self, key: str, data: bytes) -> Any:
-        """Decode one field's bytes; ``key`` is the field name without the leading dot."""
+    def decode1(self, key: str, data: bytes, sample: Mapping[str, Any] | None = None) -> Any:
+        """Decode one field's bytes; ``key`` is the field name without the leading dot, ``sample``
+        the sample it belongs to (for handlers with ``decode_in_sample``; default: none)."""
         plan = self._plan(key)
         start = 0
         while True:
-            for index, function, direct in plan:
+            for index, function, mode in plan:
                 if index < start:
                     continue
-                result = function(data) if direct else function("." + key, data)
+                if mode == _DIRECT:
+                    result = function(data)
+                elif mode == _KEYED:
+                    result = function("." + key, data)
+                else:
+                    result = function("." + key, data, {} if sample is None else sample)
                 if result is None:
                     continue
                 if isinstance(result, Continue):
@@ -265,7 +281,7 @@ class Decoder:
                     continue
                 raise self._error(sample, k, None, f"the value is a {type(v).__name__}, not bytes")
             try:
-                result[k] = self.decode1(k, v)
+                result[k] = self.decode1(k, v, sample)
             except (UnsafeOperationError, ImportError) as exc:
                 # Policy and installation problems keep their type: retrying or skipping won't fix them.
                 if isinstance(exc, UnsafeOperationError):
@@ -286,13 +302,19 @@ class Decoder:
     ) -> DecodingError:
         if exc is None:
             fix = "it was probably decoded already; pass partial=True to leave non-bytes fields alone"
+        elif "DecompressionBomb" in type(exc).__name__:  # Pillow's limit, on every decoding path
+            fix = (
+                "if images this large are expected, raise PIL.Image.MAX_IMAGE_PIXELS (None disables "
+                "the check); otherwise use handler=warn_and_continue to skip them"
+            )
         else:
             fix = (
                 "check that the extension matches the content (or pass only=/a handler for it), or "
                 "use handler=warn_and_continue to skip bad samples"
             )
         error = DecodingError(
-            f"cannot decode {self._where(sample, field)} (extension {field!r}): {reason}. Fix: {fix}.",
+            f"cannot decode {self._where(sample, field)} (extension {field!r}): {reason.rstrip('.')}. "
+            f"Fix: {fix}.",
             url=sample.get("__url__"),
             key=sample.get("__key__"),
             extension=field,
@@ -307,6 +329,21 @@ class Decoder:
                 "to_tuple()/batched() in the pipeline"
             )
         return self.decode(sample)
+
+    def bind(self, ctx: Any) -> Decoder:
+        """This decoder for one epoch: a copy whose handlers that have ``bind(ctx)`` are bound.
+
+        The decode stage calls it once per epoch with its run context (``epoch``, ``seed``,
+        ``world``), so handlers with random draws (``VideoClips``, ``AudioWindows``) make them a
+        pure function of (seed, epoch, sample). Without such handlers it returns ``self``.
+        """
+        if not any(hasattr(h, "bind") for h in self.handlers):
+            return self
+        bound = copy.copy(self)
+        bound.handlers = tuple(h.bind(ctx) if hasattr(h, "bind") else h for h in self.handlers)
+        bound._filters = tuple(getattr(h, "dispatch_extensions", None) for h in bound.handlers)
+        bound._plans = {}
+        return bound
 
     def __repr__(self) -> str:
         return f"Decoder({list(self.handlers)!r}, only={self.only}, partial={self.partial})"

@@ -23,7 +23,9 @@ pilrgba    PIL    -       RGBA
 ========== ====== ======= ===== =====================================================
 
 JPEGs decoded to arrays or tensors go through simplejpeg or PyTurboJPEG when one is installed
-(see :mod:`._jpeg`), else Pillow; ``jpeg_backend="pillow"`` forces Pillow. Arrays returned are
+(see :mod:`._jpeg`), else Pillow; ``jpeg_backend="pillow"`` forces Pillow. Every path applies
+Pillow's decompression-bomb limit (``PIL.Image.MAX_IMAGE_PIXELS``) to the header's dimensions
+before any pixel buffer is allocated, with Pillow's error and warning types. Arrays returned are
 writable and C-contiguous (WebDataset returns read-only arrays for the numpy specs, which makes
 ``torch.as_tensor`` warn).
 """

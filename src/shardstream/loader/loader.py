@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 import weakref
 from collections import deque
 from collections.abc import Callable
@@ -41,8 +42,8 @@ class WebLoader(DataLoader, FluidInterface):  # type: ignore[type-arg]
 
     Takes exactly DataLoader's arguments. In addition:
 
-    * fluent methods (``.unbatched().shuffle(1000).batched(64)``) return a pipeline over this
-      loader, as in WebDataset;
+    * WebDataset's fluent methods: ``with_length``/``with_epoch``/``repeat`` change this loader,
+      ``.unbatched().shuffle(1000).batched(64)`` return a new loader over this one's batches;
     * each ``iter()`` advances the dataset's epoch in this process before workers start, so
       shard and sample shuffles change every epoch even with non-persistent workers;
     * ``close()`` (or leaving a ``with`` block) shuts the worker processes down at once;
@@ -168,9 +169,6 @@ class WebLoader(DataLoader, FluidInterface):  # type: ignore[type-arg]
         check_state(state, fp, rank=world.rank, world_size=world.world_size, num_workers=self.num_workers)
         self._pending = dict(state)
 
-    def compose(self, *stages: Any) -> Any:
-        return FluidWrapper(self).compose(*stages)
-
     def close(self) -> None:
         """Shut down worker processes of running iterators now (not at garbage collection)."""
         for it in list(self._iterators):
@@ -188,6 +186,110 @@ class WebLoader(DataLoader, FluidInterface):  # type: ignore[type-arg]
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    # -- WebDataset's WebLoader methods ------------------------------------------------------------
+    # WebDataset's WebLoader is a pipeline whose first stage is a DataLoader: with_length,
+    # with_epoch and repeat change it in place and return it, and each stage method
+    # (.unbatched(), .shuffle(n), .batched(n), ...) returns a new WebLoader with the stage added.
+    # Ours is the DataLoader itself, so a loader with stages or an epoch rule runs a pipeline over
+    # the batches of the loader it came from: it becomes a _FluidLoader, as WebDataset's
+    # with_length changes the instance's class.
+
+    def compose(self, *stages: Any) -> Any:
+        """A new WebLoader that applies ``stages`` to this one's batches (this one is unchanged)."""
+        result = _FluidLoader.__new__(_FluidLoader)
+        result.__dict__.update(self.__dict__)
+        result._source = self.__dict__.get("_source", self)
+        result._fluid = self._pipeline_over_batches().compose(*stages)
+        return result
+
+    def with_length(self, n: int, silent: bool = False) -> WebLoader:
+        """Declare ``len()`` as ``n`` (for progress bars and frameworks); the batches are unchanged.
+
+        Logs (INFO) that the length is declared, not enforced, unless ``silent``.
+        """
+        if not silent:
+            log.info(
+                "with_length(%d) declares len() only; use with_epoch(n) to make epochs n batches long", n
+            )
+        self.size: int | None = int(n)
+        return self
+
+    def with_epoch(self, nsamples: int = -1, nbatches: int = -1) -> WebLoader:
+        """Make every ``iter()`` yield exactly ``max(nsamples, nbatches)`` items, restarting this
+        loader's batches when they run out; the next ``iter()`` continues where the last stopped
+        (WebDataset restarts the loader instead). Changes this loader and returns it."""
+        self._become_fluid().with_epoch(nsamples, nbatches)
+        return self
+
+    def repeat(self, nepochs: int = -1, nbatches: int = -1) -> WebLoader:
+        """Make every ``iter()`` run through this loader ``nepochs`` times (forever if negative),
+        stopping after ``nbatches`` items when that is positive. Changes this loader and returns it."""
+        self._become_fluid().repeat(nepochs, nbatches)
+        return self
+
+    def __len__(self) -> int:
+        size = self.__dict__.get("size")
+        if size is not None:
+            return int(size)
+        fluid = self.__dict__.get("_fluid")
+        if fluid is None:
+            return int(super().__len__())
+        if fluid.nsamples > 0 and fluid.repetitions == sys.maxsize:
+            return int(fluid.nsamples)  # with_epoch(n): every iter() yields n items
+        raise TypeError(
+            "this WebLoader's length is unknown (its stages change the number of batches); call "
+            ".with_length(n), or .with_epoch(n) for epochs of exactly n batches"
+        )
+
+    def _pipeline_over_batches(self) -> Any:
+        fluid = self.__dict__.get("_fluid")
+        return fluid if fluid is not None else FluidWrapper(_Batches(self))
+
+    def _become_fluid(self) -> Any:
+        if "_fluid" not in self.__dict__:
+            self._fluid = self._pipeline_over_batches()
+            self._source = self
+            self.__class__ = _FluidLoader
+        return self._fluid
+
+
+class _Batches:
+    """The batches of a WebLoader as its DataLoader makes them (a WebLoader's pipeline source)."""
+
+    def __init__(self, loader: WebLoader) -> None:
+        self.loader = loader
+
+    def __iter__(self) -> Any:
+        return WebLoader.__iter__(self.loader)
+
+
+class _FluidLoader(WebLoader):
+    """A WebLoader with stages or an epoch rule: iterating runs its pipeline (``_fluid``) over the
+    batches of the loader it was made from (``_source``), which also owns the worker processes."""
+
+    _fluid: Any
+    _source: WebLoader
+
+    def __iter__(self) -> Any:
+        fluid = self.__dict__.get("_fluid")
+        if fluid is None:  # rebuilt from the constructor's arguments (frameworks do): plain
+            return WebLoader.__iter__(self)
+        return iter(fluid)
+
+    def close(self) -> None:
+        fluid = self.__dict__.get("_fluid")
+        if fluid is not None:
+            fluid.close()
+        WebLoader.close(self.__dict__.get("_source", self))
+
+    # The position is that of the batches read from the source loader; items held by stages in
+    # this process (a shuffle buffer over batches) are not part of it.
+    def state_dict(self) -> dict[str, Any]:
+        return WebLoader.state_dict(self.__dict__.get("_source", self))
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        WebLoader.load_state_dict(self.__dict__.get("_source", self), state)
 
 
 class _Live:

@@ -248,9 +248,9 @@ PipelineStage = Stage
 
 
 class _MapNode(Node):
-    def __init__(self, stage: MapStage, upstream: Node) -> None:
+    def __init__(self, stage: MapStage, upstream: Node, ctx: RunContext) -> None:
         super().__init__(upstream)
-        self.fn = stage.function()
+        self.fn = stage.function(ctx)
         self.tell = upstream.tell
         self._it = guarded(upstream, self.fn, stage.handler, stage.stats, stage.drop_none)
 
@@ -274,13 +274,13 @@ class MapStage(Stage):
     handler: Handler
     drop_none: bool = False
 
-    def function(self) -> Callable[[Any], Any]:
+    def function(self, ctx: RunContext) -> Callable[[Any], Any]:
         raise NotImplementedError
 
     def build(self, upstream: Node | None, ctx: RunContext, state: StateDict | None = None) -> Node:
         if upstream is None:
             raise StateError(f"{type(self).__name__} needs an upstream stage")
-        return _MapNode(self, upstream)
+        return _MapNode(self, upstream, ctx)
 
 
 class _FunctionNode(Node):

@@ -23,11 +23,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..cache import cached_source
-from ..config import UNSET, Unset
+from ..config import UNSET, Unset, read_settings
 from ..handlers import Handler, reraise_exception
 from ..shards.spec import expand_urls
 from ..shards.world import World
 from ..sources import SchemeRouter, Source
+from ..sources._registry import check_pipe
 from .base import Stage
 from .batch import Batched
 from .extra import CheckEmpty
@@ -46,10 +47,12 @@ def make_source(
     storage_options: Mapping[str, Any] | None = None,
     allow_pipe: bool = False,
     source: Source | None = None,
+    urls: Sequence[str] | None = None,
 ) -> Source:
     """The source shards are read from: ``source`` (default: every URL scheme with
-    ``storage_options``), behind the cache when ``cache`` is enabled."""
-    inner = source if source is not None else SchemeRouter(storage_options, allow_pipe)
+    ``storage_options``, checked against the schemes of ``urls``), behind the cache when
+    ``cache`` is enabled."""
+    inner = source if source is not None else SchemeRouter(storage_options, allow_pipe, urls=urls)
     if cache is None or not cache.enabled:
         return inner
     return cached_source(
@@ -112,9 +115,14 @@ class Dataset(DataPipeline, FluidInterface):
     ) -> None:
         super().__init__(seed=seed, world=world)
         self.urls = expand_urls(urls)
+        allow_pipe = allow_pipe or read_settings().allow_pipe  # SHARDSTREAM_ALLOW_PIPE=1
+        if source is None and not allow_pipe:
+            for url in self.urls:  # refuse pipe: now, not at the first read inside a worker
+                if url[:5].lower() == "pipe:":
+                    check_pipe(url, False)
         self.split = SplitPolicy(split) if isinstance(split, str) else split
         policy = CachePolicy.from_env() if isinstance(cache, Unset) else cache
-        self.source = make_source(policy, storage_options, allow_pipe, source)
+        self.source = make_source(policy, storage_options, allow_pipe, source, self.urls)
         self.planned: PlannedSamples | None = None
         if self.split.planned:
             self.planned = PlannedSamples(

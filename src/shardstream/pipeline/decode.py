@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..handlers import Handler, reraise_exception
-from .base import MapStage
+from .base import MapStage, RunContext
 
 __all__ = ["Decode", "decode"]
 
@@ -24,8 +24,11 @@ class Decode(MapStage):
         self.decoder = make_decoder(*args, **kw)
         self.handler = handler
 
-    def function(self) -> Callable[[Any], Any]:
-        return self.decoder
+    def function(self, ctx: RunContext) -> Callable[[Any], Any]:
+        # Decoders with per-epoch randomness (video clips, audio windows) take the run context,
+        # so their draws are a pure function of (seed, epoch, sample key) and resume reproduces them.
+        bind = getattr(self.decoder, "bind", None)
+        return bind(ctx) if bind is not None else self.decoder
 
 
 def decode(*args: Any, handler: Handler = reraise_exception, **kw: Any) -> Decode:

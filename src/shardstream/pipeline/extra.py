@@ -11,6 +11,7 @@ from typing import Any
 from ..errors import ConfigurationError
 from ..handlers import reraise_exception
 from .base import MapStage, Node, RunContext, Stage, StateDict
+from .shardlists import idle_worker
 
 __all__ = ["Cached", "CheckEmpty", "associate", "info", "non_empty", "xdecode"]
 
@@ -35,7 +36,7 @@ class _Info(MapStage):
         self.handler = reraise_exception
         self.count = 0
 
-    def function(self) -> Callable[[Any], Any]:
+    def function(self, ctx: RunContext) -> Callable[[Any], Any]:
         def apply(sample: Any) -> Any:
             i = self.count
             self.count = i + 1
@@ -59,7 +60,7 @@ class _Associate(MapStage):
         self.associator = associator
         self.handler = reraise_exception
 
-    def function(self) -> Callable[[Any], Any]:
+    def function(self, ctx: RunContext) -> Callable[[Any], Any]:
         associator = self.associator
 
         def apply(sample: Any) -> Any:
@@ -116,6 +117,8 @@ class _CheckEmptyNode(_NonEmptyNode):
         if not self.seen:
             first = next(src, _END)
             if first is _END:
+                if idle_worker(self.upstream):  # no shard for this worker; the others hold the epoch
+                    return
                 world = self.ctx.world
                 raise ConfigurationError(
                     f"no samples in this epoch for rank {world.rank}/{world.world_size}, worker "
@@ -193,7 +196,7 @@ class _XDecode(MapStage):
         if not defaults:
             raise TypeError("xdecode(defaults=False) is not supported: fields without a rule are kept as-is")
 
-    def function(self) -> Callable[[Any], Any]:
+    def function(self, ctx: RunContext) -> Callable[[Any], Any]:
         rules = [(re.compile(p), f) for p, f in self.rules]
         must_decode = self.must_decode
 

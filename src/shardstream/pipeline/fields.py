@@ -15,7 +15,7 @@ from typing import Any
 
 from ..errors import MissingFieldError
 from ..handlers import Handler, reraise_exception
-from .base import MapStage, Stage
+from .base import MapStage, RunContext, Stage
 
 __all__ = ["Rename", "ToTuple", "extract_keys", "getfirst", "rename", "rename_keys", "to_tuple"]
 
@@ -74,7 +74,7 @@ class ToTuple(MapStage):
         self.missing_is_error = missing_is_error
         self.none_is_error = missing_is_error if none_is_error is None else none_is_error
 
-    def function(self) -> Callable[[Any], Any]:
+    def function(self, ctx: RunContext) -> Callable[[Any], Any]:
         fields, missing_is_error, none_is_error = self.fields, self.missing_is_error, self.none_is_error
         simple = all(len(f) == 1 for f in fields)
         names = [f[0] for f in fields]
@@ -115,7 +115,7 @@ class Rename(MapStage):
         self.mapping = {new: _alternatives(old) for new, old in kw.items()}
         self.replaced = {old for olds in self.mapping.values() for old in olds}
 
-    def function(self) -> Callable[[Any], Any]:
+    def function(self, ctx: RunContext) -> Callable[[Any], Any]:
         mapping, keep, replaced = self.mapping, self.keep, self.replaced
 
         def apply(sample: Any) -> Any:
@@ -148,7 +148,7 @@ class _ExtractKeys(MapStage):
         self.ignore_missing = ignore_missing
         self.handler = reraise_exception
 
-    def function(self) -> Callable[[Any], Any]:
+    def function(self, ctx: RunContext) -> Callable[[Any], Any]:
         rules = [
             (p, [_glob(alt) for alt in (p.split(";") if isinstance(p, str) else p)]) for p in self.patterns
         ]
@@ -200,7 +200,7 @@ class _RenameKeys(MapStage):
         self.duplicate_is_error = duplicate_is_error
         self.handler = reraise_exception
 
-    def function(self) -> Callable[[Any], Any]:
+    def function(self, ctx: RunContext) -> Callable[[Any], Any]:
         rules = [(pattern, _glob(pattern), new) for pattern, new in reversed(self.rules)]
         keep_unselected, must_match = self.keep_unselected, self.must_match
         duplicate_is_error = self.duplicate_is_error

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..errors import MissingFieldError
 from ..handlers import Handler, reraise_exception
-from .base import MapStage
+from .base import MapStage, RunContext
 
 __all__ = ["Map", "MapDict", "MapTuple", "Select", "map", "map_dict", "map_tuple", "select", "transform_with"]
 
@@ -31,7 +31,7 @@ class Map(MapStage):
         self.f = f
         self.handler = handler
 
-    def function(self) -> Callable[[Any], Any]:
+    def function(self, ctx: RunContext) -> Callable[[Any], Any]:
         f = self.f
 
         def apply(sample: Any) -> Any:
@@ -59,7 +59,7 @@ class MapDict(MapStage):
         self.handler = handler
         self.fields = kw
 
-    def function(self) -> Callable[[Any], Any]:
+    def function(self, ctx: RunContext) -> Callable[[Any], Any]:
         items = list(self.fields.items())
 
         def apply(sample: Any) -> Any:
@@ -93,7 +93,7 @@ class MapTuple(MapStage):
         self.fs = fs
         self.handler = handler
 
-    def function(self) -> Callable[[Any], Any]:
+    def function(self, ctx: RunContext) -> Callable[[Any], Any]:
         fs = self.fs
 
         def apply(sample: Any) -> Any:
@@ -118,7 +118,7 @@ class Select(MapStage):
         self.predicate = predicate
         self.handler = reraise_exception
 
-    def function(self) -> Callable[[Any], Any]:
+    def function(self, ctx: RunContext) -> Callable[[Any], Any]:
         predicate = self.predicate
         return lambda sample: sample if predicate(sample) else None
 

@@ -14,6 +14,7 @@ from typing import Any
 from ..errors import StateError
 from ..shards.world import World
 from ._build import ChainNode, Pass, build_one
+from ._epochs import EpochOwner
 from ._torch import IterableDatasetBase, in_worker
 from .base import Node, RunContext, StageStats, StateDict
 
@@ -29,7 +30,7 @@ def _close(it: object) -> None:
         close()
 
 
-class DataPipeline(IterableDatasetBase):  # type: ignore[type-arg]
+class DataPipeline(EpochOwner, IterableDatasetBase):  # type: ignore[type-arg]
     """A source followed by stages: ``DataPipeline(SimpleShardList(urls), tarfile_to_samples(), ...)``.
 
     The first argument is a source (an iterable such as a shard list, a dataset or a loader, or a
@@ -125,75 +126,7 @@ class DataPipeline(IterableDatasetBase):  # type: ignore[type-arg]
             raise ValueError("an empty DataPipeline has no source; pass a shard list or dataset first")
         return nodes
 
-    # -- epochs ---------------------------------------------------------------------------------
-    def set_epoch(self, epoch: int) -> None:
-        """Use ``epoch`` for the next ``iter()`` (later ones continue from it)."""
-        self._next_epoch = epoch
-        self._epoch_from_user = True
-
-    def begin_epoch(self) -> int:
-        """Fix the next epoch's number before DataLoader workers receive their copies.
-
-        A loader calls this in the main process before each ``iter()``: the copies pickled into
-        (non-persistent) workers and this process then agree on the epoch, and the next call
-        advances it even though this process never iterated. Returns the epoch number.
-        """
-        if self._next_epoch is not None and self._epoch_from_user:
-            epoch = self._next_epoch
-        else:
-            epoch = max(self.epoch, self._begun) + 1
-        self._epoch_from_user = False
-        self._begun = epoch
-        self._next_epoch = epoch
-        return epoch
-
-    def _advance_epoch(self) -> int:
-        if self._next_epoch is not None:
-            self.epoch, self._next_epoch = self._next_epoch, None
-        else:
-            self.epoch += 1
-        self._epoch_from_user = False
-        return self.epoch
-
-    def context(self, epoch: int) -> RunContext:
-        """The run context of ``epoch`` in the calling process: the world is resolved here, once.
-
-        Explicit ``world=`` wins. A DataLoader worker started with *spawn* cannot see
-        ``torch.distributed`` (it is not initialised there) and may have no launcher variables;
-        it then uses the rank the main process recorded when it pickled this pipeline. Forked
-        workers and the main process detect it themselves, so a stale record (a copy made before
-        ``init_process_group``) never wins over a live answer.
-        """
-        if self.world is None:
-            world = World.current()
-            if world.world_size == 1 and self._main_world is not None and in_worker():
-                world = World.current(override=self._main_world)
-        else:
-            world = World.current(override=self.world)
-        if self._role is not None and self._role[0] == epoch:
-            # A restored DataLoader worker continues the epoch of the worker it replaces.
-            world = world.with_worker(self._role[1], world.num_workers)
-        return RunContext(epoch, world, self.seed)
-
-    def restore_workers(self, epoch: int, states: list[StateDict | None], roles: list[int]) -> None:
-        """Make DataLoader worker ``k`` continue ``epoch`` from ``states[k]`` as worker ``roles[k]``.
-
-        Called by a loader in the main process before its workers receive their copies (see
-        :meth:`shardstream.WebLoader.load_state_dict`); a ``None`` state starts the epoch afresh.
-        """
-        self._worker_restore = {"epoch": epoch, "states": states, "roles": roles}
-
-    def _take_worker_restore(self) -> None:
-        """In a worker: pick this worker's saved state and role out of ``restore_workers``."""
-        plan, self._worker_restore = self._worker_restore, None
-        if plan is None or not in_worker():
-            return
-        worker = World.current().worker
-        epoch, state = int(plan["epoch"]), plan["states"][worker]
-        self._role = (epoch, int(plan["roles"][worker]))
-        self._restore = dict(state) if state is not None else {"epoch": epoch}
-
-    # -- running --------------------------------------------------------------------------------
+    # -- running (epoch numbering and run contexts: _epochs.EpochOwner) ---------------------------
     def _pass(self, epoch: int, states: list[StateDict] | None, replay: int = 0) -> Iterator[Any]:
         """One pass over the source with ``epoch``'s context; closes every node when it ends."""
         live = self._live = Pass(epoch)

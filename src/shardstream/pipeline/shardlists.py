@@ -250,9 +250,11 @@ def _split_workers(items: Sequence[Any], world: World, state: StateDict | None) 
     if index == 0 and len(items) < count and not _idle_logged:
         _idle_logged = True
         log.info(
-            "%d of %d DataLoader workers have no shard (%d shards this epoch): they yield nothing, "
-            "the others read every shard; at most %d workers are useful",
-            *(count - len(items), count, len(items), len(items)),
+            "%d of %d DataLoader workers get no shard (the epoch has %d): they yield nothing while "
+            "the others read every shard; workers beyond the number of shards do not help",
+            count - len(items),
+            count,
+            len(items),
         )
     mine = list(itertools.islice(items, index, None, count))
     return _WorkerSliceNode(mine, idle=not mine, state=state)
@@ -341,8 +343,9 @@ def _indexed_counts(urls: list[str]) -> list[int] | None:
 def _warn_uneven(items: Sequence[Any], ctx: RunContext) -> None:
     """Warn (once per process, rank 0 worker 0) when this epoch's ranks get different batch counts.
 
-    Batches are counted for the first ``batched`` stage of the dataset this DataLoader worker
-    iterates (each worker batches its own shards); without one, samples are compared.
+    In a DataLoader worker the dataset it iterates is visible: batches are counted for its first
+    ``batched`` stage (each worker batches its own shards), and a ``with_epoch`` cap means no
+    warning. Elsewhere samples are compared and the message names the cap as the exception.
     """
     global _uneven_checked
     torch_data = sys.modules.get("torch.utils.data")
@@ -367,9 +370,10 @@ def _warn_uneven(items: Sequence[Any], ctx: RunContext) -> None:
     log.warning(
         "split_by_node gives the %d ranks different amounts of data in epoch %d (%s %s, from the "
         "shards' _info.json): under DDP the rank that runs out first waits forever in the next "
-        "collective. Use split='equal' with batch_size= (WebDataset(urls, split='equal', batch_size=b) "
-        "or Dataset(urls, split=SplitPolicy('equal', batch_size=b))) for the same number of batches "
-        "on every rank, or resampled=True with .with_epoch(n) (and .with_length(n) on the loader).",
+        "collective, unless with_epoch(n) caps every rank's epoch. Use split='equal' with batch_size= "
+        "(WebDataset(urls, split='equal', batch_size=b) or Dataset(urls, split=SplitPolicy('equal', "
+        "batch_size=b))) for the same number of batches on every rank, or resampled=True with "
+        ".with_epoch(n) (and .with_length(n) on the loader).",
         ranks,
         ctx.epoch,
         ", ".join(f"rank {r}: {n}" for r, n in enumerate(per_rank)),

@@ -1,4 +1,4 @@
-"""Shard specs -> lists of URLs: brace expansion, ``::`` joined lists, sequences of URLs.
+"""Shard specs -> lists of URLs: ``${NAME}`` variables, brace expansion, ``::`` joined lists.
 
 The shard-list stages built on this (``SimpleShardList``, ``ResampledShards``) are in
 :mod:`shardstream.pipeline.shardlists`.
@@ -6,20 +6,58 @@ The shard-list stages built on this (``SimpleShardList``, ``ResampledShards``) a
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Mapping
 
 import braceexpand
 
-from ..errors import ConfigurationError
+from ..config import spec_variable
+from ..errors import ConfigurationError, redact_url
 
-__all__ = ["expand_urls"]
+__all__ = ["expand_urls", "expand_variables"]
+
+_VARIABLE = re.compile(r"\$\{(\w+)\}")
+#: How often a value may itself name variables (WebDataset's limit).
+_MAX_ROUNDS = 10
 
 
-def expand_urls(urls: str | Iterable[str]) -> list[str]:
-    """Expand ``"a-{000..009}.tar::b-{00..03}.tar"`` (or a list of such) into a flat URL list.
+def expand_variables(spec: str, environ: Mapping[str, str] | None = None) -> str:
+    """Replace every ``${NAME}`` in ``spec`` with the environment variable ``WDS_NAME``.
+
+    WebDataset 1.0.2's rule: values may name further variables (expanded up to 10 rounds); a
+    bare ``$NAME`` is left alone. The environment is read through :mod:`shardstream.config`.
 
     Raises:
-        ConfigurationError: (a ValueError) when the spec expands to nothing.
+        ConfigurationError: (a ValueError) when a named variable is not set.
+    """
+
+    def lookup(match: re.Match[str]) -> str:
+        value = spec_variable(match.group(1), environ)
+        if value is None:
+            raise ConfigurationError(
+                f"the shard spec {redact_url(spec)!r} names ${{{match.group(1)}}}, but WDS_{match.group(1)} "
+                f"is not set; set it (export WDS_{match.group(1)}=...) or write the value into the spec"
+            )
+        return value
+
+    for _ in range(_MAX_ROUNDS):
+        expanded = _VARIABLE.sub(lookup, spec)
+        if expanded == spec:
+            break
+        spec = expanded
+    return spec
+
+
+def expand_urls(urls: str | Iterable[str], environ: Mapping[str, str] | None = None) -> list[str]:
+    """Expand ``"${DATA}/a-{000..009}.tar::b-{00..03}.tar"`` (or a list of such) into a flat URL list.
+
+    Each ``::``-separated part has its ``${NAME}`` variables replaced (see
+    :func:`expand_variables`), then its braces expanded. Strings inside a list are expanded the
+    same way (WebDataset takes a list as it is).
+
+    Raises:
+        ConfigurationError: (a ValueError) when the spec expands to nothing or names an unset
+            variable.
     """
     if isinstance(urls, str):
         specs = urls.split("::")
@@ -29,7 +67,7 @@ def expand_urls(urls: str | Iterable[str]) -> list[str]:
     for spec in specs:
         spec = spec.strip()
         if spec:
-            result.extend(braceexpand.braceexpand(spec))
+            result.extend(braceexpand.braceexpand(expand_variables(spec, environ)))
     if not result:
         raise ConfigurationError(
             f"the shard spec {urls!r} names no shards; pass a URL, a brace pattern such as "

@@ -3,7 +3,9 @@
 Backends are imported lazily, so ``import shardstream`` never imports an SDK; when an optional
 backend's package is missing, the error names the extra to install. :class:`SchemeRouter` is a
 picklable Source over the whole registry; every source reads whole objects or byte ranges
-(``open(url, offset=, length=)``).
+(``open(url, offset=, length=)``). ``storage_options`` apply per scheme: each source gets the
+options its constructor accepts (``source_options(scheme)``), and an option that no source
+accepts raises ConfigurationError. Fork safety of our threads and locks: see ``_forksafe``.
 """
 
 from __future__ import annotations
@@ -12,7 +14,16 @@ from __future__ import annotations
 from ._registry import _REGISTRY as _REGISTRY
 from ._registry import _instances as _instances
 from ._registry import _lock as _lock
-from ._registry import create_url, get_source, open_url, register_source, scheme_of, stat_url
+from ._registry import (
+    check_storage_options,
+    create_url,
+    get_source,
+    open_url,
+    register_source,
+    scheme_of,
+    source_options,
+    stat_url,
+)
 from ._router import SchemeRouter
 from .base import ObjectInfo, Source, WritableSource, local_path_of
 
@@ -21,11 +32,13 @@ __all__ = [
     "SchemeRouter",
     "Source",
     "WritableSource",
+    "check_storage_options",
     "create_url",
     "get_source",
     "local_path_of",
     "open_url",
     "register_source",
     "scheme_of",
+    "source_options",
     "stat_url",
 ]

@@ -1,9 +1,10 @@
 """A small keep-alive connection pool over the standard library's ``http.client``, and the
 translation of HTTP statuses and socket errors into shardstream errors.
 
-Why ``http.client`` and not urllib3 or an SDK's stream: its ``readinto`` fills the caller's buffer
-straight from the socket (no intermediate ``bytes``), which measured the lowest client CPU per GB
-of all candidates (see ``s3.py``), and it lets ``close()`` drop a half-read connection at once.
+Why ``http.client`` and not urllib3 or an SDK's stream: its response's buffered reader fills the
+caller's buffer straight from the socket (``readinto1``, no intermediate ``bytes``), which
+measured the lowest client CPU per GB of all candidates (see ``s3.py``), and it lets ``close()``
+drop a half-read connection at once.
 Used by both the ``http(s)://`` and ``s3://`` sources, so both share one data path.
 Not supported: HTTP(S) proxies (``HTTP_PROXY``) and HTTP/2.
 """
@@ -11,13 +12,16 @@ Not supported: HTTP(S) proxies (``HTTP_PROXY``) and HTTP/2.
 from __future__ import annotations
 
 import http.client
+import io
+import os
 import socket
 import ssl
-import threading
+import weakref
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
 from ..errors import AccessDeniedError, ShardNotFoundError, SourceError, TransientSourceError, redact_url
+from ._forksafe import ForkSafeLock, at_fork_in_child
 from ._resume import ObjectChangedError
 
 __all__ = ["ConnectionPool", "PooledBody", "network_error", "status_error", "TRANSIENT_STATUSES"]
@@ -26,11 +30,20 @@ __all__ = ["ConnectionPool", "PooledBody", "network_error", "status_error", "TRA
 TRANSIENT_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504, 509, 598, 599})
 
 _Key = tuple[str, str, int]
+# The read buffer size of a response (socket.makefile's default).
+_READ_BUFFER = io.DEFAULT_BUFFER_SIZE
 
 
 class PooledBody:
     """A response body. Read to the end, its connection goes back to the pool; closed early, the
-    connection is closed (draining a large shard's remainder would cost more than reconnecting)."""
+    connection is closed (draining a large shard's remainder would cost more than reconnecting).
+
+    ``readinto`` keeps every byte that arrived: it fills the buffer one socket receive at a time
+    and, when a receive fails (a reset, a timeout) after some bytes of this call arrived, returns
+    those bytes and raises the error on the next call. (``http.client``'s own ``readinto`` waits
+    for the whole buffer and loses what a failing call had received, so a connection reset every
+    300 KB under 1 MiB reads never advanced.)
+    """
 
     def __init__(
         self,
@@ -42,15 +55,73 @@ class PooledBody:
         self._pool = pool
         self._key = key
         self._conn: http.client.HTTPConnection | None = conn
+        self._pid = os.getpid()
         self.response = resp
+        self._error: BaseException | None = None
+        # Body bytes that arrived with the headers may sit in the response's read buffer; see _fill.
+        self._maybe_buffered = True
 
     def readinto(self, buffer: memoryview, /) -> int:
-        n = self.response.readinto(buffer)
-        # http.client marks the response closed as soon as the last body byte has been read.
-        if self._conn is not None and self.response.isclosed() and (n or len(buffer)):
-            conn, self._conn = self._conn, None
-            self._pool.release(self._key, conn, reusable=not self.response.will_close)
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+        resp = self.response
+        if resp.fp is None or not len(buffer):
+            self._release_if_done()
+            return 0
+        if resp.length == 0:  # an empty body (or a HEAD): complete the response
+            resp.read()
+            self._release_if_done()
+            return 0
+        if resp.chunked or resp.length is None:  # rare for shards: one copy through read1
+            data = resp.read1(len(buffer))
+            buffer[: len(data)] = data
+            self._release_if_done()
+            return len(data)
+        n = self._fill(buffer[: resp.length])
+        self._release_if_done()
         return n
+
+    def _fill(self, view: memoryview) -> int:
+        """Fill ``view`` with body bytes, receive by receive (see the class docstring)."""
+        resp = self.response
+        fp = resp.fp
+        assert fp is not None and resp.length is not None
+        total = 0
+        while total < len(view):
+            part = view[total:]
+            if self._maybe_buffered and len(part) > _READ_BUFFER:
+                # BufferedReader.readinto1 copies buffered bytes and then receives into the rest in
+                # the same call, losing both on an error; reading at most one buffer's worth first
+                # empties the buffer without that risk.
+                part = part[:_READ_BUFFER]
+                self._maybe_buffered = False
+            elif len(part) <= _READ_BUFFER:
+                self._maybe_buffered = True  # a small read leaves the rest of a receive buffered
+            try:
+                n = fp.readinto1(part)
+            except Exception as exc:
+                if not total:
+                    raise
+                self._error = exc  # deliver what arrived; the fault surfaces on the next read
+                break
+            if not n:  # the server closed before Content-Length: the connection is not reusable
+                resp.close()
+                break
+            total += n
+            resp.length -= n
+            if not resp.length:
+                resp.read()  # zero bytes left: http.client marks the response complete
+                break
+        return total
+
+    def _release_if_done(self) -> None:
+        # http.client marks the response closed as soon as the last body byte has been read.
+        if self._conn is not None and self.response.isclosed():
+            conn, self._conn = self._conn, None
+            complete = not self.response.length  # None (read to close) or 0 (all read)
+            reusable = complete and not self.response.will_close and self._pid == os.getpid()
+            self._pool.release(self._key, conn, reusable=reusable)
 
     def finish(self) -> None:
         """Read what is left (a HEAD or small response) so the connection can be reused."""
@@ -59,7 +130,7 @@ class PooledBody:
         except Exception:
             self.close()
             return
-        self.readinto(memoryview(bytearray(1)))
+        self._release_if_done()
 
     def close(self) -> None:
         conn, self._conn = self._conn, None
@@ -69,11 +140,15 @@ class PooledBody:
 
 
 class ConnectionPool:
-    """Idle keep-alive connections per (scheme, host, port); thread-safe.
+    """Idle keep-alive connections per (scheme, host, port); thread-safe and fork-aware (a forked
+    child starts with no connections: a socket shared with the parent would mix responses).
 
     Args:
         connect_timeout: seconds to wait for the TCP (and TLS) connection (default 10).
-        read_timeout: seconds a read may wait for data before it fails as a timeout (default 60).
+        read_timeout: seconds a body read may wait for data before it fails as a timeout
+            (default 60).
+        response_timeout: seconds to wait for the status line and headers of a response after
+            sending the request (default: ``read_timeout``).
         ssl_context: context for ``https`` (default: the system's trusted CAs).
         max_idle: idle connections kept per host (default 16).
     """
@@ -83,15 +158,18 @@ class ConnectionPool:
         *,
         connect_timeout: float = 10.0,
         read_timeout: float = 60.0,
+        response_timeout: float | None = None,
         ssl_context: ssl.SSLContext | None = None,
         max_idle: int = 16,
     ) -> None:
         self.connect_timeout = connect_timeout
         self.read_timeout = read_timeout
+        self.response_timeout = read_timeout if response_timeout is None else response_timeout
         self._ssl = ssl_context
         self.max_idle = max_idle
         self._idle: dict[_Key, list[http.client.HTTPConnection]] = {}
-        self._lock = threading.Lock()
+        self._lock = ForkSafeLock()
+        _POOLS.add(self)
 
     def _new(self, key: _Key) -> http.client.HTTPConnection:
         scheme, host, port = key
@@ -103,7 +181,6 @@ class ConnectionPool:
             conn = http.client.HTTPConnection(host, port, timeout=self.connect_timeout)
         conn.connect()
         assert conn.sock is not None
-        conn.sock.settimeout(self.read_timeout)
         conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return conn
 
@@ -113,7 +190,8 @@ class ConnectionPool:
         """Send a request and return its body once the status line and headers have arrived.
 
         A reused keep-alive connection that the server already closed is replaced once, silently;
-        other network errors propagate as the standard library raised them.
+        other network errors propagate as the standard library raised them. The headers must
+        arrive within ``response_timeout``; body reads then wait up to ``read_timeout``.
         """
         parts = urlsplit(url)
         scheme = parts.scheme.lower()
@@ -127,8 +205,12 @@ class ConnectionPool:
             if conn is None:
                 conn = self._new(key)
             try:
+                if conn.sock is not None:
+                    conn.sock.settimeout(self.response_timeout)
                 conn.request(method, target, body=body, headers=dict(headers or {}))
                 resp = conn.getresponse()
+                if conn.sock is not None:
+                    conn.sock.settimeout(self.read_timeout)
             except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
                 conn.close()
                 if reused:
@@ -157,6 +239,25 @@ class ConnectionPool:
         for conn in conns:
             conn.close()
 
+    def _forget_after_fork(self) -> None:
+        # In a forked child the idle connections are the parent's. Closing them here closes only
+        # the child's copies of the descriptors: no TLS close_notify is sent, and the parent's
+        # descriptors keep the connections open.
+        idle, self._idle = self._idle, {}
+        for conn in (c for conns in idle.values() for c in conns):
+            conn.close()
+
+
+_POOLS: weakref.WeakSet[ConnectionPool] = weakref.WeakSet()
+
+
+def _forget_pools_after_fork() -> None:
+    for pool in list(_POOLS):
+        pool._forget_after_fork()
+
+
+at_fork_in_child(_forget_pools_after_fork)
+
 
 def status_error(
     status: int, url: str, *, action: str = "open", detail: str = "", fix: str = ""
@@ -181,6 +282,11 @@ def status_error(
         cls, default_fix = TransientSourceError, "the server is busy or failing; it is retried"
     elif status == 416:
         cls, default_fix = SourceError, "the requested byte range is beyond the object's end"
+    elif 300 <= status < 400:
+        cls, default_fix = (
+            SourceError,
+            "a redirect that was not followed (no Location header, or max_redirects=0 in storage_options)",
+        )
     else:
         cls, default_fix = SourceError, "unexpected response from the server"
     return cls(f"{what}. {fix or default_fix}.", url=url, status=status)

@@ -3,27 +3,40 @@
 Backends are imported lazily, so ``import shardstream`` never imports an SDK; when an optional
 backend's package is missing, the error names the extra to install. Instances are keyed by PID
 (sources hold sockets and threads that must not cross ``fork()``), scheme and options.
+
+Storage options apply per scheme: a source declares the options it accepts by its constructor's
+keyword arguments (``**kwargs`` accepts any), and each source gets only its own from a shared
+``storage_options`` dict, so one dataset can mix local paths, ``s3://`` and ``https://``. An
+option that no registered source accepts raises ConfigurationError (a typo is never ignored);
+:func:`check_storage_options` also rejects options that none of the schemes in use accepts.
+A name without a scheme (``train-000.tar``, ``data/train-000.tar``, ``C:\\data\\x.tar``) is a
+local path.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
+import inspect
 import os
 import re
-import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, BinaryIO
 
 from ..errors import ConfigurationError, UnsafeOperationError, redact_url
+from ._forksafe import ForkSafeLock
 from .base import ObjectInfo, Source, WritableSource
 
 __all__ = [
     "check_pipe",
+    "check_storage_options",
     "create_url",
     "get_source",
     "open_url",
+    "options_for",
     "register_source",
     "scheme_of",
+    "source_options",
     "stat_url",
 ]
 
@@ -37,7 +50,7 @@ _REGISTRY: dict[str, tuple[str, str | None]] = {
     "pipe": ("shardstream.sources.pipe:PipeSource", None),
 }
 _instances: dict[tuple[int, str, str], Source] = {}
-_lock = threading.Lock()
+_lock = ForkSafeLock()  # a forked child gets it unlocked even if a parent thread held it
 _SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*):")
 
 
@@ -49,7 +62,7 @@ def register_source(scheme: str, target: str | type, *, extra: str | None = None
 
 
 def scheme_of(url: str) -> str:
-    """The URL's scheme; plain paths (and Windows drive letters) are ``file``."""
+    """The URL's scheme; plain paths, relative names and Windows drive letters are ``file``."""
     match = _SCHEME.match(url)
     if match is None or len(match.group(1)) == 1:
         return "file"
@@ -80,10 +93,104 @@ def _load(scheme: str) -> type:
     return cls
 
 
-def get_source(url_or_scheme: str, storage_options: Mapping[str, Any] | None = None) -> Source:
-    """The (per-process, shared) source for a URL's scheme and the given options."""
-    scheme = scheme_of(url_or_scheme) if ":" in url_or_scheme or "/" in url_or_scheme else url_or_scheme
+@functools.cache
+def _accepted(cls: type) -> frozenset[str] | None:
+    params = inspect.signature(cls).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return None
+    return frozenset(
+        p.name
+        for p in params
+        if p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    )
+
+
+def source_options(scheme: str) -> frozenset[str] | None:
+    """Names of the storage options the source of ``scheme`` accepts (``None``: any)."""
+    return _accepted(_load(scheme))
+
+
+def _accepted_anywhere() -> dict[str, frozenset[str] | None]:
+    """scheme -> accepted options, for every registered scheme whose module imports."""
+    table: dict[str, frozenset[str] | None] = {}
+    for scheme in sorted(_REGISTRY):
+        try:
+            table[scheme] = source_options(scheme)
+        except (ImportError, AttributeError):  # an optional backend that is not installed
+            continue
+    return table
+
+
+def _describe(table: Mapping[str, frozenset[str] | None]) -> str:
+    return "; ".join(
+        f"{scheme}: {'any' if names is None else ', '.join(sorted(names)) or '(none)'}"
+        for scheme, names in sorted(table.items())
+    )
+
+
+def _check_known(names: Iterable[str]) -> None:
+    """Raise ConfigurationError for option names that no registered source accepts."""
+    names = sorted(set(names))
+    if not names:
+        return
+    table = _accepted_anywhere()
+    if any(accepted is None for accepted in table.values()):
+        return
+    known = frozenset().union(*(a for a in table.values() if a is not None))
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ConfigurationError(
+            f"unknown storage option(s) {', '.join(map(repr, unknown))}: no source accepts them. "
+            f"Options by scheme: {_describe(table)}. Check the spelling."
+        )
+
+
+def options_for(scheme: str, storage_options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The part of ``storage_options`` that the source of ``scheme`` accepts.
+
+    Options meant for other schemes are left out; an option that no registered source accepts
+    raises ConfigurationError.
+    """
     options = dict(storage_options or {})
+    accepted = source_options(scheme)
+    if accepted is None:
+        return options
+    _check_known(name for name in options if name not in accepted)
+    return {name: value for name, value in options.items() if name in accepted}
+
+
+def check_storage_options(storage_options: Mapping[str, Any] | None, urls: Iterable[str]) -> None:
+    """Raise ConfigurationError for an option that none of the sources of ``urls`` accepts.
+
+    Call it where the whole URL list is known (a dataset), so that ``anon=True`` given to a
+    dataset of local files, or ``endpoint`` for ``endpoint_url``, does not go unnoticed.
+    """
+    options = dict(storage_options or {})
+    if not options:
+        return
+    _check_known(options)
+    schemes = {scheme_of(url) for url in urls}
+    table = {scheme: source_options(scheme) for scheme in schemes}
+    if any(accepted is None for accepted in table.values()):
+        return
+    used = frozenset().union(*(a for a in table.values() if a is not None))
+    unused = sorted(set(options) - used)
+    if unused:
+        raise ConfigurationError(
+            f"storage option(s) {', '.join(map(repr, unused))} apply to none of the URLs given "
+            f"(schemes in use: {', '.join(sorted(schemes))}; they accept {_describe(table)}). "
+            "Remove them, or check that the URLs have the intended scheme (s3://, https://)."
+        )
+
+
+def get_source(url_or_scheme: str, storage_options: Mapping[str, Any] | None = None) -> Source:
+    """The (per-process, shared) source for a URL's scheme and the given options.
+
+    ``url_or_scheme`` is a URL or path, or a bare registered scheme name (``"s3"``). The source
+    gets only the options it accepts (see :func:`options_for`).
+    """
+    scheme = url_or_scheme if url_or_scheme in _REGISTRY else scheme_of(url_or_scheme)
+    options = options_for(scheme, storage_options)
     # Sources hold sockets and threads that must not cross fork(): key instances by PID.
     key = (os.getpid(), scheme, _options_key(options))
     with _lock:

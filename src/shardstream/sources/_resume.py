@@ -95,7 +95,9 @@ class ResumableReader(io.RawIOBase):
     offset it has already returned, checking that size and ETag are unchanged (and sending
     ``If-Match``), and raises :class:`ObjectChangedError` when they differ. The retry budget is
     ``policy.attempts`` consecutive failures (reset once bytes flow again) and
-    ``policy.deadline`` seconds spent retrying over the life of the stream.
+    ``policy.deadline`` seconds spent retrying over the life of the stream; until the first byte
+    arrives, ``policy.first_byte_deadline`` seconds from the first request (a silent server fails
+    fast, a transfer that is making progress keeps its long retries).
 
     Args:
         url: the URL, for messages and logs (credentials are stripped).
@@ -129,6 +131,8 @@ class ResumableReader(io.RawIOBase):
         self.etag: str | None = None
         self.retries = 0  # total retries over the stream's life, for tests and stats
         self._failures = 0  # consecutive failures since bytes last flowed
+        self._born = time.monotonic()  # the first-byte budget counts from the first request
+        self._flowed = False  # a byte has been delivered: the long retry budget applies
         self._retry_time = 0.0  # seconds spent in finished failure episodes
         self._episode: float | None = None  # monotonic time of the first failure of the current episode
         self._first = True
@@ -172,6 +176,7 @@ class ResumableReader(io.RawIOBase):
                 continue
             if n:
                 self._pos += n
+                self._flowed = True
                 if self._episode is not None:  # recovered: bytes flow again
                     self._retry_time += time.monotonic() - self._episode
                     self._episode = None
@@ -248,15 +253,30 @@ class ResumableReader(io.RawIOBase):
         now = time.monotonic()
         if self._episode is None:
             self._episode = now
-        # Time already spent retrying, including failed connects and timeouts, over the stream's life.
-        spent = self._retry_time + (now - self._episode)
-        delay = self._policy.next_delay(self._failures, now - spent)
+        if self._flowed:
+            # Time already spent retrying, including failed connects and timeouts, over the stream's life.
+            spent = self._retry_time + (now - self._episode)
+            deadline = self._policy.deadline
+        else:  # nothing received yet: the (shorter) first-byte budget, counted from the first request
+            spent = now - self._born
+            deadline = min(self._policy.deadline, self._policy.first_byte_deadline)
+        delay = self._policy.next_delay(self._failures, now - spent, deadline)
         if delay is None:
+            if self._flowed or spent < deadline:
+                fix = (
+                    "The server or network kept failing: check that the endpoint is reachable, or "
+                    "raise retries=/retry_deadline= (SHARDSTREAM_RETRIES / SHARDSTREAM_RETRY_DEADLINE)."
+                )
+            else:
+                fix = (
+                    f"Nothing arrived within first_byte_deadline={self._policy.first_byte_deadline:g}s: "
+                    "the server accepts connections but does not answer, or answers very slowly. "
+                    "Check the server, or raise first_byte_deadline=/response_timeout= in "
+                    "storage_options."
+                )
             given_up = TransientSourceError(
                 f"giving up on {self.url} at byte {self._pos} after {self._failures} failed attempts "
-                f"and {spent:.1f}s of retrying; last error: {error}. The server or network "
-                "kept failing: check that the endpoint is reachable, or raise retries=/retry_deadline= "
-                "(SHARDSTREAM_RETRIES / SHARDSTREAM_RETRY_DEADLINE).",
+                f"and {spent:.1f}s of retrying; last error: {error}. {fix}",
                 url=self.url,
                 status=error.status,
             )

@@ -7,11 +7,11 @@ across ``fork()``) builds its own connections there instead of sharing sockets w
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, BinaryIO
 
 from ..errors import ConfigurationError, redact_url
-from ._registry import check_pipe, get_source, scheme_of
+from ._registry import _check_known, check_pipe, check_storage_options, get_source, scheme_of
 from .base import ObjectInfo, Source, WritableSource
 
 __all__ = ["SchemeRouter"]
@@ -21,15 +21,29 @@ class SchemeRouter:
     """Opens any registered URL scheme through the shared per-process sources.
 
     Args:
-        storage_options: options for the sources (endpoint, credentials, retries, ...); the
-            same dict goes to every scheme's source, as with ``open_url``. Never shown in reprs.
+        storage_options: options for the sources (endpoint, credentials, retries, ...); each
+            scheme's source gets the options it accepts, so one dict can serve ``s3://``,
+            ``https://`` and local paths together. An option no source accepts raises
+            ConfigurationError here. Never shown in reprs.
         allow_pipe: allow ``pipe:`` URLs, which run shell commands (default False: they raise
             UnsafeOperationError).
+        urls: the URLs this router will open, when known: an option that none of their schemes
+            accepts then raises ConfigurationError too (see ``check_storage_options``).
     """
 
-    def __init__(self, storage_options: Mapping[str, Any] | None = None, allow_pipe: bool = False) -> None:
+    def __init__(
+        self,
+        storage_options: Mapping[str, Any] | None = None,
+        allow_pipe: bool = False,
+        *,
+        urls: Iterable[str] | None = None,
+    ) -> None:
         self.storage_options: dict[str, Any] = dict(storage_options or {})
         self.allow_pipe = allow_pipe
+        if urls is not None:
+            check_storage_options(self.storage_options, urls)
+        else:
+            _check_known(self.storage_options)  # an option that no source accepts is an error
 
     def __repr__(self) -> str:  # option values may be secrets: show names only
         return f"SchemeRouter(storage_options={sorted(self.storage_options)}, allow_pipe={self.allow_pipe})"

@@ -68,6 +68,11 @@ _CODES: dict[str, tuple[type[SourceError], str]] = {
         SourceError,
         "the bucket is in another region; pass region= (or set AWS_REGION) to the bucket's region",
     ),
+    "TemporaryRedirect": (
+        SourceError,
+        "S3 redirects requests for this bucket to another region (new buckets do this for a "
+        "while); pass region= (or set AWS_REGION) to the bucket's region",
+    ),
     "AuthorizationHeaderMalformed": (
         SourceError,
         "the request was signed for the wrong region; pass region= (or set AWS_REGION) to the "
@@ -97,6 +102,11 @@ def s3_error(
         fix = "no such key or no such bucket; check the URL, the bucket name and endpoint_url"
     elif status in (401, 403):
         fix = "access refused; check the credentials (AWS_* variables, profile or storage_options)"
+    elif 300 <= status < 400:
+        fix = (
+            "the endpoint redirected the request (signed requests are not followed to another "
+            "host); pass region= for the bucket's region, or check endpoint_url"
+        )
     else:
         fix = ""
     detail = code or ""

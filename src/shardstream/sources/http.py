@@ -3,25 +3,33 @@
 A ranged open sends ``Range: bytes=offset-(offset+length-1)``; a resume after a fault asks for the
 rest of that range only. A server that ignores ``Range`` (200) is handled by skipping to the
 offset and stopping at the range's end ourselves (the connection is then closed, not reused).
+Redirects are followed (see :mod:`._redirect`): bounded hops, ``Range`` kept, credentials never
+sent to another origin.
 """
 
 from __future__ import annotations
 
-import base64
 import functools
 import ssl
 from collections.abc import Mapping
 from typing import BinaryIO, cast
-from urllib.parse import unquote, urlsplit
 
 from ..config import UNSET
-from ..errors import SourceError
+from ..errors import ConfigurationError, SourceError
 from ._httpclient import ConnectionPool, PooledBody, network_error, status_error
+from ._redirect import basic_auth, follow_redirects
 from ._resume import EmptyBody, Opened, ResumableReader, range_header
 from ._retry import RetryPolicy
 from .base import ObjectInfo, check_range
 
-__all__ = ["HTTPSource", "beyond_end", "content_range_total", "ssl_context"]
+__all__ = ["HTTPSource", "beyond_end", "check_max_redirects", "content_range_total", "ssl_context"]
+
+
+def check_max_redirects(value: int) -> int:
+    """``value`` if it is a valid ``max_redirects`` (an int >= 0), else ConfigurationError."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigurationError(f"max_redirects={value!r}: use an integer >= 0 (0 follows none)")
+    return value
 
 
 def ssl_context(verify: bool | str) -> ssl.SSLContext:
@@ -95,38 +103,58 @@ class HTTPSource:
 
     Args:
         connect_timeout: seconds to establish a connection (default 10).
-        read_timeout: seconds without data before a read times out and is retried (default 60).
-        headers: extra request headers, e.g. ``{"Authorization": "Bearer ..."}``; never logged.
+        response_timeout: seconds to wait for a response's status line and headers (default 20).
+        read_timeout: seconds without data before a body read times out and is retried
+            (default 60).
+        first_byte_deadline: seconds a stream may spend, retries included, before its first byte
+            arrives (default 60): a server that accepts connections but never answers fails after
+            about this long. Once bytes flow, ``retries``/``retry_deadline`` govern.
+        headers: extra request headers, e.g. ``{"Authorization": "Bearer ..."}``; never logged,
+            and never sent to another origin after a redirect.
         verify: ``True`` (system CAs), a CA bundle path, or ``False`` to skip TLS checks.
         retries: attempts per fault, first included (default ``SHARDSTREAM_RETRIES``).
         retry_deadline: seconds one stream may spend retrying (default ``SHARDSTREAM_RETRY_DEADLINE``).
+        max_redirects: redirects followed per request (default 10; 0 treats a redirect as an error).
     """
 
     def __init__(
         self,
         *,
         connect_timeout: float = 10.0,
+        response_timeout: float = 20.0,
         read_timeout: float = 60.0,
+        first_byte_deadline: float = 60.0,
         headers: Mapping[str, str] | None = None,
         verify: bool | str = True,
         retries: int | object = UNSET,
         retry_deadline: float | object = UNSET,
+        max_redirects: int = 10,
     ) -> None:
         self._headers = dict(headers or {})
-        self.policy = RetryPolicy.from_options(retries=retries, retry_deadline=retry_deadline)
+        self.policy = RetryPolicy.from_options(
+            retries=retries, retry_deadline=retry_deadline, first_byte_deadline=first_byte_deadline
+        )
+        self.max_redirects = check_max_redirects(max_redirects)
         self.pool = ConnectionPool(
-            connect_timeout=connect_timeout, read_timeout=read_timeout, ssl_context=ssl_context(verify)
+            connect_timeout=connect_timeout,
+            read_timeout=read_timeout,
+            response_timeout=response_timeout,
+            ssl_context=ssl_context(verify),
         )
 
     def __repr__(self) -> str:  # header values may be secrets: show names only
         return f"HTTPSource(headers={sorted(self._headers)}, policy={self.policy!r})"
 
     def _request(self, method: str, url: str, headers: dict[str, str]) -> PooledBody:
-        parts = urlsplit(url)
-        if parts.username is not None:  # http://user:password@host/...: HTTP Basic authentication
-            token = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
-            headers = {"Authorization": "Basic " + base64.b64encode(token).decode("ascii"), **headers}
-        return self.pool.request(method, url, headers={**self._headers, **headers})
+        credentials = {**self._headers, **basic_auth(url)}  # user:password@ in the URL wins
+        return follow_redirects(
+            self.pool.request,
+            method,
+            url,
+            headers,
+            credentials=credentials,
+            max_redirects=self.max_redirects,
+        )
 
     def _opener(self, url: str, end: int | None, offset: int, etag: str | None) -> Opened:
         headers = {"Accept-Encoding": "identity"}

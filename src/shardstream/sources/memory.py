@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import io
-import threading
 from typing import BinaryIO
 
 from ..errors import ShardNotFoundError
+from ._forksafe import ForkSafeLock
 from .base import ObjectInfo, check_range
 
 __all__ = ["MemorySource", "memory_store"]
 
 #: Process-wide store shared by every MemorySource: url -> bytes.
 memory_store: dict[str, bytes] = {}
-_lock = threading.Lock()
+_lock = ForkSafeLock()
 
 
 class _MemoryWriter(io.BytesIO):

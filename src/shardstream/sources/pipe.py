@@ -21,11 +21,11 @@ import logging
 import os
 import signal
 import subprocess
-import threading
 from collections.abc import Iterable
 from typing import IO, BinaryIO, cast
 
 from ..errors import ConfigurationError, PipeCommandError, redact_url
+from ._forksafe import gate
 from ._range import limit
 from .base import ObjectInfo, check_range
 
@@ -50,15 +50,17 @@ class _Tail:
         self._stream = stream
         self._limit = limit
         self._data = bytearray()
-        self._thread = threading.Thread(target=self._drain, name="pipe-stderr", daemon=True)
-        self._thread.start()
+        # Started and run through the fork gate (see _forksafe): a fork never overlaps its start
+        # or its appends; it waits in the read, holding nothing.
+        self._thread = gate.start(self._drain, name="pipe-stderr")
 
     def _drain(self) -> None:
         with contextlib.suppress(OSError, ValueError):
             while chunk := self._stream.read(4096):
-                self._data += chunk
-                if len(self._data) > 2 * self._limit:
-                    del self._data[: -self._limit]
+                with gate.busy():
+                    self._data += chunk
+                    if len(self._data) > 2 * self._limit:
+                        del self._data[: -self._limit]
 
     def text(self, timeout: float = 5.0) -> str:
         """The captured tail once the pipe closed (waits up to ``timeout`` s for the writer)."""

@@ -29,13 +29,14 @@ botocore client directly (multipart upload), where per-request overhead does not
 from __future__ import annotations
 
 import functools
-import threading
+import os
 from collections import Counter
 from typing import Any, BinaryIO, cast
 from urllib.parse import urlsplit
 
 from ..config import UNSET
 from ..errors import ConfigurationError, SourceError, redact_url
+from ._forksafe import ForkSafeLock
 from ._httpclient import ConnectionPool
 from ._resume import Opened, ResumableReader, range_header
 from ._retry import RetryPolicy
@@ -88,6 +89,10 @@ class S3Source:
         addressing_style: ``"path"``, ``"virtual"`` or ``"auto"``; default ``"path"`` for a custom
             endpoint (what S3-compatible servers expect) and ``"auto"`` for AWS.
         connect_timeout, read_timeout: seconds (defaults 10 and 60); a stalled read is retried.
+        response_timeout: seconds to wait for a response's status line and headers (default 20).
+        first_byte_deadline: seconds a stream may spend, retries included, before its first byte
+            arrives (default 60): a server that accepts connections but never answers fails after
+            about this long; once bytes flow, ``retries``/``retry_deadline`` govern.
         verify: ``True``, a CA bundle path, or ``False`` (TLS checks off).
         retries, retry_deadline: the retry budget (defaults from ``SHARDSTREAM_RETRIES`` and
             ``SHARDSTREAM_RETRY_DEADLINE``).
@@ -106,7 +111,9 @@ class S3Source:
         anon: bool = False,
         addressing_style: str | None = None,
         connect_timeout: float = 10.0,
+        response_timeout: float = 20.0,
         read_timeout: float = 60.0,
+        first_byte_deadline: float = 60.0,
         verify: bool | str = True,
         retries: int | object = UNSET,
         retry_deadline: float | object = UNSET,
@@ -126,9 +133,11 @@ class S3Source:
         self.part_size = part_size
         self.anon = anon
         self.profile = profile
-        self.policy = RetryPolicy.from_options(retries=retries, retry_deadline=retry_deadline)
+        self.policy = RetryPolicy.from_options(
+            retries=retries, retry_deadline=retry_deadline, first_byte_deadline=first_byte_deadline
+        )
         self.requests: Counter[str] = Counter()  # GETs per URL (resumes included), for tests/stats
-        self._count_lock = threading.Lock()
+        self._count_lock = ForkSafeLock()
         self._client_args = dict(
             endpoint_url=endpoint_url,
             region_name=region,
@@ -138,15 +147,40 @@ class S3Source:
             verify=verify,
         )
         self._timeouts = (connect_timeout, read_timeout)
-        self.client = self._make_client(addressing_style or ("path" if endpoint_url else "auto"))
-        self.endpoint_url: str = self.client.meta.endpoint_url
+        self._client_lock = ForkSafeLock()
+        self._addressing = addressing_style or ("path" if endpoint_url else "auto")
+        self._client = self._make_client(self._addressing)
+        self.endpoint_url: str = self._client.meta.endpoint_url
         if addressing_style is None and endpoint_url is None and not _is_aws(self.endpoint_url):
             # AWS_ENDPOINT_URL or a profile's endpoint_url names an S3-compatible server.
-            self.client = self._make_client("path")
-        self.region: str | None = self.client.meta.region_name
+            self._addressing = "path"
+            self._client = self._make_client(self._addressing)
+        self._client_pid = os.getpid()
+        self.region: str | None = self._client.meta.region_name
         self.pool = ConnectionPool(
-            connect_timeout=connect_timeout, read_timeout=read_timeout, ssl_context=ssl_context(verify)
+            connect_timeout=connect_timeout,
+            read_timeout=read_timeout,
+            response_timeout=response_timeout,
+            ssl_context=ssl_context(verify),
         )
+
+    @property
+    def client(self) -> Any:
+        """The botocore client (signing, writes). A forked child builds its own: botocore's
+        connection pool and credential-refresh locks must not be shared with the parent."""
+        if self._client_pid != os.getpid():
+            with self._client_lock:
+                if self._client_pid != os.getpid():
+                    self._client = self._make_client(self._addressing)
+                    self._client_pid = os.getpid()
+        return self._client
+
+    def _refresh_credentials(self, failed: Any) -> None:
+        """After "no credentials": build a new client, which looks them up again (the user may
+        have set ``AWS_*`` variables or logged in since). A failed lookup is never kept."""
+        with self._client_lock:
+            if self._client is failed:  # not already replaced by another thread
+                self._client = self._make_client(self._addressing)
 
     def _make_client(self, addressing_style: str) -> Any:
         botocore = _load_botocore()
@@ -188,10 +222,16 @@ class S3Source:
 
     def _presign(self, method: str, url: str) -> str:
         bucket, key = parse_s3_url(url)
+        params = {"Bucket": bucket, "Key": key}
+        client = self.client
         try:
-            signed: str = self.client.generate_presigned_url(
-                method, Params={"Bucket": bucket, "Key": key}, ExpiresIn=3600
-            )
+            try:
+                signed: str = client.generate_presigned_url(method, Params=params, ExpiresIn=3600)
+            except Exception as exc:
+                if not _is_no_credentials(exc):
+                    raise
+                self._refresh_credentials(client)
+                signed = self.client.generate_presigned_url(method, Params=params, ExpiresIn=3600)
         except Exception as exc:
             raise self.translate(exc, url) from exc
         return signed
@@ -261,7 +301,13 @@ class S3Source:
 
     def close(self) -> None:
         self.pool.close()
-        self.client.close()
+        self._client.close()
+
+
+def _is_no_credentials(exc: BaseException) -> bool:
+    from botocore.exceptions import NoCredentialsError, PartialCredentialsError
+
+    return isinstance(exc, NoCredentialsError | PartialCredentialsError)
 
 
 def _is_aws(endpoint: str) -> bool:

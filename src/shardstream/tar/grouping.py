@@ -113,7 +113,9 @@ def group_samples(
     except ShardFormatError as err:
         # The shard broke while reading a member. If that member already belongs to the next
         # key, the sample in hand is complete: deliver it before the error reaches the handler.
-        # (A sample whose own member broke is incomplete and is dropped with the error.)
+        # A sample whose own member broke is incomplete and is dropped with the error, and so is
+        # the sample in hand when no member is named (a header was unreadable, or the stream
+        # ended without its end-of-archive marker): it may be missing fields that were cut off.
         if sample is not None and err.member is not None:
             parts = split_key(err.member)
             if parts is not None and parts[0] != key:

@@ -10,83 +10,53 @@ headers (``x``: ``path`` and ``size``), and gzip-compressed streams (detected by
 bytes). Non-regular members (directories, links, devices) are skipped. Every header's checksum is
 verified, so a corrupt or truncated shard fails at the first bad byte with a
 :class:`~shardstream.errors.ShardFormatError` naming the URL, the member and the offset.
+
+Hostile input: every header field used is validated first (sizes: non-negative, in the field's
+own syntax, at most ``max_member_size`` and within a shard of known size), so nothing makes the
+reader go backwards or allocate what the shard does not hold; large members are read in chunks and
+gzip is inflated a buffer at a time. A stream that ends without the end-of-archive marker (a zero
+block) is truncated, a 0-byte one included. The first zero block ends the archive: what follows
+(padding, a second archive appended with ``cat``) is not read, as with ``tarfile`` and GNU tar.
 """
 
 from __future__ import annotations
 
 import zlib
 from collections.abc import Iterator
-from typing import Protocol
 
 from ..errors import ShardFormatError
+from ._gzip import GzipReader, Readable
 
-__all__ = ["DEFAULT_BLOCKSIZE", "iter_members"]
+__all__ = ["DEFAULT_BLOCKSIZE", "DEFAULT_MAX_MEMBER_SIZE", "iter_members"]
 
 DEFAULT_BLOCKSIZE = 1 << 20
+#: Default ``max_member_size``: larger members are refused as corrupt or hostile headers.
+DEFAULT_MAX_MEMBER_SIZE = 4 << 30
 _BLOCK = 512
 _ZERO_BLOCK = bytes(_BLOCK)
 _REGULAR = (48, 0, 55)  # '0', NUL, '7' (contiguous file)
 _GNU_LONGNAME = 76  # 'L'
 _PAX = 120  # 'x'
-_PAX_GLOBAL = 103  # 'g'
+_KEPT = (*_REGULAR, _GNU_LONGNAME, _PAX)  # types whose data is used; other members' data is skipped
+_MAX_META_SIZE = 1 << 20  # PAX and GNU long-name headers: real ones hold a few hundred bytes
+_MAX_CHUNK = 16 << 20  # direct reads of a large member: never one read of a declared size
+_OCTAL_DIGITS = b"01234567"
 _CHECKSUM_BLANKS = 8 * 32  # the checksum field counts as spaces
 _ADLER_MOD = 65521
 _CACHE_LIMIT = 4096
 
 
-class _Readable(Protocol):
-    def read(self, n: int = -1, /) -> bytes: ...
-
-
-class _GzipReader:
-    """Decompresses a gzip stream (possibly several concatenated members) on demand.
-
-    ``read(n)`` returns at most ``n`` bytes (fewer only at the end), keeping the rest of the
-    last decompressed chunk for the next call.
-    """
-
-    def __init__(self, raw: _Readable, first: bytes, blocksize: int) -> None:
-        self._raw = raw
-        self._pending = first
-        self._blocksize = blocksize
-        self._zobj = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        self._out = b""
-        self._out_pos = 0
-        self._eof = False
-
-    def _decompress_more(self) -> bool:
-        while not self._eof:
-            data = self._pending or self._raw.read(self._blocksize)
-            self._pending = b""
-            if not data:
-                if not self._zobj.eof:
-                    raise EOFError("compressed stream ended before the end-of-stream marker")
-                self._eof = True
-                break
-            out = self._zobj.decompress(data)
-            if self._zobj.eof and self._zobj.unused_data:
-                # Concatenated gzip members: start a new decompressor on the remainder.
-                self._pending = self._zobj.unused_data
-                self._zobj = zlib.decompressobj(16 + zlib.MAX_WBITS)
-            if out:
-                self._out, self._out_pos = out, 0
-                return True
-        return False
-
-    def read(self, n: int = -1) -> bytes:
-        if self._out_pos >= len(self._out) and not self._decompress_more():
-            return b""
-        end = len(self._out) if n < 0 else self._out_pos + n
-        chunk = self._out[self._out_pos : end]
-        self._out_pos += len(chunk)
-        return chunk
-
-
 def _octal(field: bytes) -> int:
-    if field[:1] in (b"\x80", b"\xff"):  # GNU base-256 for values that do not fit in octal
-        value = int.from_bytes(field[1:], "big")
-        return -value if field[:1] == b"\xff" else value
-    field = field.rstrip(b"\0 ").lstrip(b" ")
+    """A numeric header field: octal digits (to a NUL, space-padded) or positive GNU base-256.
+    ValueError for anything else (``int()`` alone would accept signs, underscores, whitespace)."""
+    if field[:1] == b"\x80":  # GNU base-256 for values that do not fit in octal
+        return int.from_bytes(field[1:], "big")
+    if field[:1] == b"\xff":
+        raise ValueError("negative base-256 number")
+    nul = field.find(0)
+    field = (field if nul < 0 else field[:nul]).strip(b" ")
+    if field.translate(None, _OCTAL_DIGITS):
+        raise ValueError(f"not an octal number: {field!r}")
     return int(field, 8) if field else 0
 
 
@@ -104,21 +74,33 @@ def _parse_fields(fields: bytes) -> tuple[int, int, int]:
 
 
 def _parse_pax(data: bytes) -> dict[str, str]:
+    """PAX records ``"<length> <key>=<value>\\n"``, framed strictly (as recent ``tarfile``)."""
     records: dict[str, str] = {}
     pos = 0
-    while pos < len(data):
-        space = data.index(b" ", pos)
-        length = int(data[pos:space])
-        if length <= 0:
-            raise ValueError("bad PAX record length")
-        key, _, value = data[space + 1 : pos + length - 1].partition(b"=")
+    while pos < len(data) and data[pos] != 0:
+        space = data.find(b" ", pos, pos + 20)
+        digits = data[pos:space]
+        if space < 0 or not digits.isdigit():
+            raise ValueError(f"bad record length at byte {pos}")
+        length = int(digits)
+        stop = pos + length - 1  # the record's closing newline
+        if length < 5 or stop >= len(data) or data[stop] != 10:
+            raise ValueError(f"bad record length {length} at byte {pos}")
+        key, equals, value = data[space + 1 : stop].partition(b"=")
+        if not key or not equals:
+            raise ValueError(f"record without 'key=' at byte {pos}")
         records[key.decode("utf-8")] = value.decode("utf-8", "surrogateescape")
         pos += length
     return records
 
 
+def _pax_size(value: str) -> int:
+    """A PAX ``size`` value: ASCII decimal digits only (no sign, spaces or underscores); -1 if not."""
+    return int(value) if value.isascii() and value.isdigit() and len(value) < 40 else -1
+
+
 def _refill(
-    reader: _Readable, view: memoryview, start: int, end: int, base: int, need: int
+    reader: Readable, view: memoryview, start: int, end: int, base: int, need: int
 ) -> tuple[int, int, int]:
     """Make ``need`` bytes available at ``start`` (moving the unparsed tail to the front if the
     buffer's end is too close); returns the new ``(start, end, base)``. Fewer bytes at EOF."""
@@ -141,26 +123,76 @@ def _refill(
     return start, end, base
 
 
-def _read_large(reader: _Readable, first: memoryview, size: int, padded: int) -> tuple[bytes | None, int]:
+def _read_large(
+    reader: Readable, first: memoryview, size: int, padded: int, keep: bool
+) -> tuple[bytes | None, int]:
     """A member larger than the buffer: ``first`` (its buffered head) plus direct reads up to
-    the end of its padding. Returns ``(data or None if the stream ended, bytes present)``."""
-    parts = [bytes(first[:size])]
-    have = len(parts[0])
+    the end of its padding, in chunks of at most 16 MiB (never one read of the declared size).
+    Returns ``(data or None if the stream ended, bytes present)``; data is ``b""`` unless ``keep``."""
+    parts = [bytes(first[:size])] if keep else []
+    have = min(len(first), size)
     consumed = len(first)
     while consumed < padded:
-        chunk = reader.read(padded - consumed)  # never past the padding: the next header is buffered
+        # Never past the padding: the next header is buffered after this member.
+        chunk = reader.read(min(padded - consumed, _MAX_CHUNK))
         if not chunk:
             return None, have
         if have < size:
             piece = chunk if have + len(chunk) <= size else chunk[: size - have]
-            parts.append(piece)
+            if keep:
+                parts.append(piece)
             have += len(piece)
         consumed += len(chunk)
     return b"".join(parts), have
 
 
+def _size_problem(
+    size: int, typeflag: int, at: int, max_member_size: int | None, limit: int | None, field: bytes
+) -> str | None:
+    """Why the declared ``size`` of the member whose header is at ``at`` cannot be used, or ``None``."""
+    if size < 0:
+        return f"unparsable or negative member size in tar header (size field {field!r})"
+    if max_member_size is not None and size > max_member_size:
+        return (
+            f"member size {size} bytes exceeds max_member_size={max_member_size} (a corrupt or "
+            "hostile header; if members this large are real, raise max_member_size=)"
+        )
+    if limit is not None and size > limit - at - _BLOCK:
+        left = max(0, limit - at - _BLOCK)
+        return f"member size {size} bytes runs past the end of the shard ({left} of its {limit} bytes remain)"
+    if size > _MAX_META_SIZE and typeflag in (_PAX, _GNU_LONGNAME):
+        return f"PAX or GNU long-name header of {size} bytes (at most {_MAX_META_SIZE} accepted)"
+    return None
+
+
+_ORPHAN = "a PAX or GNU long-name header is not followed by the member it describes"
+
+
+def _pending(long_name: str | None, pax: dict[str, str] | None) -> str | None:
+    return long_name if pax is None else pax.get("path", long_name)
+
+
+def _ended(present: int, at: int, shard_size: int | None) -> str:
+    """Why a stream that ended where a header was due is truncated."""
+    if present:
+        return f"truncated tar header (the stream ended {present} bytes into a 512-byte header)"
+    if at == 0:
+        return "the shard is empty (0 bytes), not a tar archive"
+    known = "" if shard_size is None else f" of a {shard_size}-byte shard"
+    return (
+        f"no end-of-archive marker (the tar stream ends at byte {at}{known}, on a member boundary: "
+        "the shard was cut there and any members after the cut are lost)"
+    )
+
+
 def iter_members(
-    stream: _Readable, url: str = "<stream>", *, blocksize: int = DEFAULT_BLOCKSIZE, offset: int = 0
+    stream: Readable,
+    url: str = "<stream>",
+    *,
+    blocksize: int = DEFAULT_BLOCKSIZE,
+    offset: int = 0,
+    shard_size: int | None = None,
+    max_member_size: int | None = DEFAULT_MAX_MEMBER_SIZE,
 ) -> Iterator[tuple[str, bytes, int]]:
     """Yield ``(name, data, member_offset)`` for each regular member of the tar stream.
 
@@ -172,7 +204,7 @@ def iter_members(
     ``blocksize`` bytes, and each member is cut out with a single copy; only the short unparsed
     tail moves on a refill. (Reading fresh ``bytes`` blocks and concatenating the leftover costs
     two more copies of every byte, which showed on fast networks.) Members larger than the
-    buffer are read directly.
+    buffer are read directly, in chunks.
 
     Args:
         stream: object with ``read(n)`` (and ideally ``readinto``); gzip is detected from the
@@ -182,28 +214,39 @@ def iter_members(
         offset: the byte offset of the stream's first byte within the shard (a ranged read
             that starts at a member boundary); offsets in errors and output count from the
             shard's start.
+        shard_size: the shard's size in bytes when known for free (a local file, an HTTP
+            Content-Length), counted like ``offset`` (default ``None``: unknown). A member
+            declaring more bytes than remain is refused before it is read. Ignored for gzip.
+        max_member_size: the largest member accepted (default 4 GiB); a larger declared size
+            is refused before anything is allocated. ``None``: no limit (memory still follows
+            the bytes actually present).
 
     Raises:
-        ShardFormatError: bad checksum, unparsable header or truncated stream; names the URL,
-            member and byte offset (of the uncompressed tar stream).
+        ShardFormatError: bad checksum, invalid header field, a 0-byte or truncated stream
+            (ending inside a header or member, or without the end-of-archive marker); names the
+            URL, member and byte offset (of the uncompressed tar stream).
     """
     long_name: str | None = None
     pax: dict[str, str] | None = None
+    pax_size = -1
     name: str | None = None
     field_cache: dict[bytes, tuple[int, int, int]] = {}
     start = end = 0  # buffer window [start, end); base = stream offset of buf[0]
     base = offset
     member_start = offset
+    limit = shard_size
+    threshold = _MAX_META_SIZE if max_member_size is None else min(_MAX_META_SIZE, max_member_size)
 
     def fail(reason: str, member: str | None, at: int) -> ShardFormatError:
         return ShardFormatError(reason, url=url, member=member, offset=at)
 
     try:
-        reader: _Readable = stream
+        reader: Readable = stream
         first = stream.read(min(blocksize, 1 << 16))
         if first[:2] == b"\x1f\x8b":
-            reader = _GzipReader(stream, first, blocksize)
+            reader = GzipReader(stream, first, blocksize)
             first = b""
+            limit = None
         buf = bytearray(max(blocksize, 2 * _BLOCK, len(first)))
         view = memoryview(buf)
         capacity = len(buf)
@@ -213,15 +256,17 @@ def iter_members(
             if end - start < _BLOCK:
                 start, end, base = _refill(reader, view, start, end, base, _BLOCK)
                 if end - start < _BLOCK:
-                    if end == start and long_name is None and pax is None:
-                        return  # ended on a member boundary without end-of-archive blocks
-                    raise fail("truncated tar header (stream ended)", long_name, base + start)
+                    if end == start and (long_name is not None or pax is not None):
+                        raise fail(_ORPHAN, _pending(long_name, pax), base + start)
+                    raise fail(_ended(end - start, base + start, limit), long_name, base + start)
             pos = start
             header_end = pos + _BLOCK
             header_offset = base + pos
             if long_name is None and pax is None:
                 member_start = header_offset
             if buf[pos] == 0 and buf[pos:header_end] == _ZERO_BLOCK:
+                if long_name is not None or pax is not None:
+                    raise fail(_ORPHAN, _pending(long_name, pax), header_offset)
                 return  # end-of-archive marker
             # Verify the checksum: this is what catches a corrupt header before its garbage size
             # field derails the rest of the shard. The tar checksum is the plain byte sum of the
@@ -252,8 +297,6 @@ def iter_members(
                 % _ADLER_MOD
             ):
                 raise fail("bad tar header checksum (not a tar file, or corrupt)", long_name, header_offset)
-            if size < 0:
-                raise fail("unparsable member size in tar header", long_name, header_offset)
             typeflag = buf[pos + 156]
             if long_name is not None:
                 name = long_name
@@ -268,9 +311,17 @@ def iter_members(
                 name = raw_name.decode("utf-8", "surrogateescape")
             if pax is not None:
                 name = pax.get("path", name)
-                if "size" in pax:
-                    size = int(pax["size"])
-                pax = None
+                if pax_size >= 0:  # validated when the PAX header was read
+                    size = pax_size
+                pax, pax_size = None, -1
+            # Validate the size before it moves the read position or sizes a buffer: a negative
+            # size would send the reader backwards (forever, onto the same headers), a huge one
+            # would allocate what the shard does not hold. One comparison on the hot path.
+            if size > threshold or size < 0 or (limit is not None and size > limit - header_offset - _BLOCK):
+                field = bytes(view[pos + 124 : pos + 136])
+                problem = _size_problem(size, typeflag, header_offset, max_member_size, limit, field)
+                if problem is not None:
+                    raise fail(problem, name, header_offset)
             padded = (size + _BLOCK - 1) & ~(_BLOCK - 1)
             start = header_end
             if end - start >= padded:
@@ -284,7 +335,7 @@ def iter_members(
                 data = bytes(view[start : start + size])
                 start += padded
             else:
-                large, have = _read_large(reader, view[start:end], size, padded)
+                large, have = _read_large(reader, view[start:end], size, padded, typeflag in _KEPT)
                 if large is None:
                     raise fail(f"truncated member data ({have} of {size} bytes present)", name, header_offset)
                 data = large
@@ -297,8 +348,17 @@ def iter_members(
             elif typeflag == _PAX:
                 try:
                     pax = _parse_pax(data)
-                except (ValueError, UnicodeDecodeError):
-                    raise fail("malformed PAX extended header", name, header_offset) from None
-            # _PAX_GLOBAL and other types (dirs, links, devices) carry nothing we yield.
+                except (ValueError, UnicodeDecodeError) as exc:
+                    raise fail(f"malformed PAX extended header ({exc})", name, header_offset) from None
+                if "size" in pax:
+                    pax_size = _pax_size(pax["size"])
+                    if pax_size < 0:
+                        raise fail(
+                            f"invalid member size {pax['size'][:40]!r} in PAX extended header "
+                            "(expected decimal digits)",
+                            pax.get("path", name),
+                            header_offset,
+                        )
+            # Other types (PAX globals, dirs, links, devices) carry nothing we yield.
     except (EOFError, zlib.error) as exc:
         raise fail(f"corrupt compressed stream ({exc})", name, base + start) from exc

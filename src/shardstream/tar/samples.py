@@ -9,14 +9,17 @@ boundary given as a byte offset (resume), and reports where it is through a :cla
 from __future__ import annotations
 
 import logging
+import os
+import stat
 from collections.abc import Callable, Generator, Mapping
 from typing import Any, BinaryIO
 
+from ..errors import ConfigurationError
 from ..sources import Source, local_path_of, scheme_of
 from ..sources.file import local_path
 from .grouping import Cursor, group_samples
 from .index import IndexEntry, read_index, write_index
-from .reader import DEFAULT_BLOCKSIZE, iter_members
+from .reader import DEFAULT_BLOCKSIZE, DEFAULT_MAX_MEMBER_SIZE, iter_members
 
 __all__ = ["Cursor", "TarFormat"]
 
@@ -28,10 +31,18 @@ _COMPRESSED = (".gz", ".tgz")
 class TarFormat:
     """WebDataset tar shards: members grouped into samples by key.
 
+    End-of-shard checks: a shard that ends without its end-of-archive marker (cut at a member
+    boundary, or 0 bytes) raises :class:`~shardstream.errors.ShardFormatError`, which the
+    reading stage hands to its error policy (a skip is counted). Where the shard's size is known
+    without a request (a local file or cache entry, the ``size`` an HTTP/S3 stream got from
+    Content-Length), a member declaring more bytes than remain is refused before it is read.
+
     Args:
         select_files: keep only member names for which this returns True.
         rename_files: map member names before they are split into key and extension.
         blocksize: bytes per read from the stream.
+        max_member_size: the largest member accepted, in bytes (default 4 GiB); a larger
+            declared size is a ShardFormatError (a corrupt or hostile header). ``None``: no limit.
     """
 
     name = "tar"
@@ -42,10 +53,16 @@ class TarFormat:
         rename_files: Callable[[str], str] | None = None,
         *,
         blocksize: int = DEFAULT_BLOCKSIZE,
+        max_member_size: int | None = DEFAULT_MAX_MEMBER_SIZE,
     ) -> None:
+        if max_member_size is not None and max_member_size < 0:
+            raise ConfigurationError(
+                f"max_member_size={max_member_size} must be >= 0 bytes (None for no limit)"
+            )
         self.select_files = select_files
         self.rename_files = rename_files
         self.blocksize = blocksize
+        self.max_member_size = max_member_size
 
     def open(self, source: Source, url: str, offset: int = 0) -> tuple[BinaryIO, int]:
         """Open ``url`` at sample boundary ``offset``: a ranged read, except for compressed
@@ -77,7 +94,14 @@ class TarFormat:
         if path is None and scheme_of(url) == "file":
             path = local_path(url)
         try:
-            members = iter_members(stream, url, blocksize=self.blocksize, offset=start)
+            members = iter_members(
+                stream,
+                url,
+                blocksize=self.blocksize,
+                offset=start,
+                shard_size=_free_size(stream),
+                max_member_size=self.max_member_size,
+            )
             if start < offset:
                 members = (m for m in members if m[2] >= offset)
             yield from group_samples(
@@ -118,3 +142,25 @@ class TarFormat:
 
     def __repr__(self) -> str:
         return f"TarFormat(select_files={self.select_files!r}, rename_files={self.rename_files!r})"
+
+
+def _free_size(stream: object) -> int | None:
+    """The whole shard's size in bytes when the open stream knows it without a request, else ``None``.
+
+    Network streams carry ``size`` (the object's size from Content-Length/Content-Range, also on
+    ranged streams); a local file is ``fstat``-ed, a cache entry ``stat``-ed by its
+    ``local_path`` (a system call, no I/O). Pipes and cache fills in progress have none.
+    """
+    size = getattr(stream, "size", None)
+    if isinstance(size, int) and not isinstance(size, bool) and size >= 0:
+        return size
+    info: os.stat_result | None
+    try:
+        info = os.fstat(stream.fileno())  # type: ignore[attr-defined]
+    except (AttributeError, OSError, ValueError):  # no descriptor (io.UnsupportedOperation included)
+        path = local_path_of(stream)
+        try:
+            info = os.stat(path) if path is not None else None
+        except OSError:  # a fill's entry is published only once complete
+            info = None
+    return info.st_size if info is not None and stat.S_ISREG(info.st_mode) else None

@@ -1,0 +1,139 @@
+"""redact_url: every kind of signed-URL secret and user:password, in any case, in errors and logs."""
+
+from __future__ import annotations
+
+import logging
+import random
+
+import pytest
+
+from shardstream.errors import ShardFormatError, SourceError, TransientSourceError, redact_url
+from shardstream.sources._resume import Opened, ResumableReader
+from shardstream.sources._retry import RetryPolicy
+
+# (parameter as the provider writes it, a value) for every secret-bearing parameter we know.
+SECRETS = [
+    # AWS SigV4 presigned URLs (S3) and SigV2
+    ("X-Amz-Signature", "0f1e2d3c4b5a69788796a5b4c3d2e1f0"),
+    ("X-Amz-Credential", "AKIAIOSFODNN7EXAMPLE%2F20240101%2Fus-east-1%2Fs3%2Faws4_request"),
+    ("X-Amz-Security-Token", "IQoJb3JpZ2luX2VjEJr%2F%2F%2F%2F"),
+    ("AWSAccessKeyId", "AKIAIOSFODNN7EXAMPLE"),
+    ("Signature", "dGhpcyBpcyBhIHNpZ25hdHVyZQ%3D%3D"),
+    # Google Cloud Storage V4 and V2 signed URLs
+    ("X-Goog-Signature", "5a4b3c2d1e0f"),
+    ("X-Goog-Credential", "svc%40project.iam.gserviceaccount.com%2F20240101%2Fauto%2Fstorage"),
+    ("GoogleAccessId", "svc@project.iam.gserviceaccount.com"),
+    # Azure SAS
+    ("sig", "Zm9vYmFyYmF6%2B%2F%3D"),
+    # generic tokens, keys and passwords
+    ("token", "ghp_abcdef"),
+    ("access_token", "ya29.a0Af"),
+    ("api_key", "k-123"),
+    ("apikey", "k-456"),
+    ("key", "AIzaSyA"),
+    ("password", "hunter2"),
+    ("client_secret", "cs-789"),
+]
+
+
+@pytest.mark.parametrize(("name", "value"), SECRETS)
+@pytest.mark.parametrize("case", [str, str.lower, str.upper])
+def test_each_secret_parameter_is_redacted_in_any_case(name: str, value: str, case: object) -> None:
+    param = case(name)  # type: ignore[operator]
+    for url in (
+        f"https://host/b/k.tar?{param}={value}",
+        f"https://host/b/k.tar?a=1&{param}={value}&b=2",
+        f"s3://bucket/k.tar?{param}={value}#frag",
+    ):
+        out = redact_url(url)
+        assert value not in out and f"{param}=***" in out, out
+        assert out.startswith(url.split("?")[0])
+    assert "a=1" in redact_url(f"https://host/k?a=1&{param}={value}&b=2")  # others are kept
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "sv=2022-11-02&ss=b&srt=o&sp=r&se=2030-01-01T00%3A00%3A00Z&st=2024-01-01&spr=https&sig=SECRET",
+        "skoid=oid&sktid=tid&skt=2024&ske=2030&sks=b&skv=2022&sv=2022&sp=r&sig=SECRET",
+    ],
+)
+def test_azure_sas_keeps_non_secret_fields(query: str) -> None:
+    out = redact_url(f"https://acct.blob.core.windows.net/c/shard.tar?{query}")
+    assert "SECRET" not in out and "sig=***" in out
+    assert "sp=r" in out and "sv=2022" in out  # validity and permissions help debugging, grant nothing
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://alice:s3cret@host/x.tar",
+        "https://alice:p%40ss@host:8443/x.tar",
+        "https://alice:pa@ss@host/x.tar",  # an unescaped "@" in the password
+        "ftp://token-only-SECRET@host/x.tar",
+    ],
+)
+def test_userinfo_is_redacted(url: str) -> None:
+    out = redact_url(url)
+    assert "s3cret" not in out and "p%40ss" not in out and "pa@ss" not in out and "SECRET" not in out
+    assert "***@host" in out and out.endswith("/x.tar")
+
+
+def test_several_urls_in_one_message_and_parameter_lookalikes() -> None:
+    text = (
+        "cannot open 'https://h/a?X-Amz-Signature=AAA' (redirected to https://u:pw@cdn/b?sig=BBB&sp=r) "
+        "and https://h/c?keyframe=1&monkey=2&signatures=3"
+    )
+    out = redact_url(text)
+    assert "AAA" not in out and "BBB" not in out and ":pw@" not in out
+    assert "keyframe=1" in out and "monkey=2" in out and "signatures=3" in out  # not secret names
+    assert out.count("***") == 3
+
+
+def test_errors_redact_their_urls() -> None:
+    url = "https://h/x.tar?X-Goog-Signature=SECRET&x=1"
+    for error in (
+        SourceError(f"cannot open {redact_url(url)}", url=url),
+        ShardFormatError("bad header", url=url, member="a.txt", offset=0),
+    ):
+        assert "SECRET" not in str(error) and "SECRET" not in str(error.url)
+
+
+class _FlakyOnce:
+    """An opener whose first request fails with a transient error naming the raw URL."""
+
+    def __init__(self, url: str) -> None:
+        self.url, self.calls = url, 0
+
+    def __call__(self, offset: int, etag: str | None) -> Opened:
+        self.calls += 1
+        if self.calls == 1:
+            raise TransientSourceError(f"reset talking to {redact_url(self.url)}", url=self.url)
+        return Opened(_Body(b"data"[offset:]), 4, None)
+
+
+class _Body:
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def readinto(self, buffer: memoryview) -> int:
+        n = len(self.data[: len(buffer)])
+        buffer[:n], self.data = self.data[:n], self.data[n:]
+        return n
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(("name", "value"), SECRETS)
+def test_open_and_retry_log_lines_are_redacted(
+    name: str, value: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    url = f"https://User:PassWord1@host/k.tar?{name.upper()}={value}&b=2"
+    policy = RetryPolicy(attempts=3, sleep=lambda s: None, rng=random.Random(0))
+    with caplog.at_level(logging.DEBUG, logger="shardstream"):
+        reader = ResumableReader(url, _FlakyOnce(url), translate=lambda e: SourceError(str(e)), policy=policy)
+        assert reader.read() == b"data"
+    assert "retry 1/2" in caplog.text and "open https://***@host/k.tar" in caplog.text
+    assert value not in caplog.text and "PassWord1" not in caplog.text
+    assert value not in reader.url
