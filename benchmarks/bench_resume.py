@@ -111,8 +111,8 @@ def main() -> None:
             lines += [
                 f"### num_workers={workers}, {buffer}",
                 "",
-                "| resume point | fresh start | replay | shardstream resume | resume / fresh | replay / resume "
-                "| state bytes |",
+                "| resume point | fresh start | replay | shardstream resume | resume / fresh "
+                "| replay / resume | state bytes |",
                 "|---|---:|---:|---:|---:|---:|---:|",
             ]
             for fraction in (0.1, 0.5, 0.9):

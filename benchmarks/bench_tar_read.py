@@ -86,6 +86,24 @@ def decode_cases(urls: list[str], workers: int) -> list[tuple[str, Callable[[], 
     return [("shardstream", ours), ("webdataset 1.0.2", theirs)]
 
 
+def plain_loader_cases(urls: list[str], workers: int) -> list[tuple[str, Callable[[], int]]]:
+    """The same decode through torch's own DataLoader (as Lightning and most user code use it)."""
+    import webdataset
+    from torch.utils.data import DataLoader
+
+    from shardstream.compat import WebDataset
+
+    def ours() -> int:
+        ds = WebDataset(urls, shardshuffle=False).decode("rgb8").to_tuple("jpg", "cls")
+        return _count_batched(DataLoader(ds, batch_size=BATCH, num_workers=workers))
+
+    def theirs() -> int:
+        ds = webdataset.WebDataset(urls, shardshuffle=False).decode("rgb8").to_tuple("jpg", "cls")
+        return _count_batched(DataLoader(ds, batch_size=BATCH, num_workers=workers))
+
+    return [("shardstream", ours), ("webdataset 1.0.2", theirs)]
+
+
 def summarize(title: str, sides: list[Side], target: float, nbytes: int) -> list[str]:
     ours, theirs = sides
     ratio, paired = paired_ratio(ours, theirs, lambda m: m.rate)
@@ -160,7 +178,18 @@ def main(argv: list[str] | None = None) -> int:
             decode_cases(images, args.workers), rounds=args.rounds, nbytes=image_bytes, expect=2_000
         )
         out += summarize(
-            f'`.decode("rgb8").to_tuple("jpg","cls")`, DataLoader {args.workers} workers, batch {BATCH}',
+            f'`.decode("rgb8").to_tuple("jpg","cls")`, WebLoader {args.workers} workers, batch {BATCH}',
+            sides,
+            1.5,
+            image_bytes,
+        )
+        print(f"decode rgb8 + to_tuple through a plain torch DataLoader, {args.workers} workers:", flush=True)
+        sides = run_alternating(
+            plain_loader_cases(images, args.workers), rounds=args.rounds, nbytes=image_bytes, expect=2_000
+        )
+        out += summarize(
+            f'`.decode("rgb8").to_tuple("jpg","cls")`, plain torch DataLoader {args.workers} workers, '
+            f"batch {BATCH}",
             sides,
             1.5,
             image_bytes,

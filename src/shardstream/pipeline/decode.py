@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from .._malloc import tune_allocator
 from ..handlers import Handler, reraise_exception
+from ._torch import in_worker
 from .base import MapStage, RunContext
 
 __all__ = ["Decode", "decode"]
@@ -25,6 +27,11 @@ class Decode(MapStage):
         self.handler = handler
 
     def function(self, ctx: RunContext) -> Callable[[Any], Any]:
+        if in_worker():
+            # Decoding allocates a large buffer per image: keep them on the heap (fewer page
+            # faults) in DataLoader workers, whatever loader class started them; never in the
+            # user's main process (mallopt is process-wide and inherited by later forks).
+            tune_allocator()
         # Decoders with per-epoch randomness (video clips, audio windows) take the run context,
         # so their draws are a pure function of (seed, epoch, sample key) and resume reproduces them.
         bind = getattr(self.decoder, "bind", None)
