@@ -388,6 +388,7 @@ def test_clip_decoding_memory_is_bounded_by_the_clips(tmp_path: Path) -> None:
         base = status("VmRSS")
         if mode == "clips":
             for seed in range(5):
+                out = None
                 out = VideoClips(8, clips=4, seed=seed, output="numpy", threads=1)(".mp4", data)
         else:
             frames = decode_video(data, threads=1)[0]
@@ -403,9 +404,10 @@ def test_clip_decoding_memory_is_bounded_by_the_clips(tmp_path: Path) -> None:
         return result  # KiB
 
     clips, whole = measure("clips"), measure("whole")
-    frames_kib = 750 * 320 * 240 * 3 // 1024
-    assert whole["peak"] - whole["base"] >= frames_kib * 0.9, (clips, whole)
-    assert clips["peak"] - clips["base"] < (whole["peak"] - whole["base"]) / 20, (clips, whole)
+    frames_kib = 750 * 320 * 240 * 3 // 1024  # 169 MiB: every frame, held once (no stacking copy)
+    assert frames_kib * 0.95 <= whole["peak"] - whole["base"] < frames_kib * 1.2, (clips, whole)
+    # 32 frames of output (7 MiB) plus the decoder's reference frames
+    assert clips["peak"] - clips["base"] < (whole["peak"] - whole["base"]) / 8, (clips, whole)
 
 
 def test_stat_shows_video_members(

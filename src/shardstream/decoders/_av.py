@@ -29,6 +29,7 @@ __all__ = [
     "AV_INSTALL_HINT",
     "MediaError",
     "VideoMeta",
+    "channel_count",
     "configure_threads",
     "decode_failure",
     "describe",
@@ -36,6 +37,7 @@ __all__ = [
     "open_media",
     "read_frames",
     "require_av",
+    "rgb_converter",
     "thread_count",
     "video_meta",
 ]
@@ -85,6 +87,24 @@ class MediaError(Exception):
     def __init__(self, what: str, reason: str) -> None:
         super().__init__(what, reason)
         self.what, self.reason = what, reason
+
+
+def rgb_converter(threads: int, width: int, height: int) -> Callable[[Any], Any]:
+    """``frame -> H x W x 3 uint8`` array at ``width`` x ``height`` (swscale converts and resizes
+    in one pass), with ``threads`` swscale threads where PyAV has threaded scaling (17 and later;
+    its default there is one per core)."""
+    av = require_av("converting video frames")
+    extra = {"threads": threads} if int(av.__version__.split(".")[0]) >= 17 else {}
+
+    def convert(frame: Any) -> Any:
+        return frame.to_ndarray(format="rgb24", width=width, height=height, **extra)
+
+    return convert
+
+
+def channel_count(stream: Any) -> int:
+    """Audio channels of a stream (``layout.channels`` exists in every supported PyAV)."""
+    return len(stream.codec_context.layout.channels)
 
 
 def where(sample: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -202,7 +222,7 @@ def video_meta(container: Any, stream: Any, *, count_packets: bool = True) -> Vi
     total = int(stream.frames or 0)
     if total == 0 and count_packets:
         total = sum(1 for packet in container.demux(stream) if packet.size)
-        if duration and total < duration * fps - max(2, fps):
+        if duration and total < duration * fps - max(2.0, float(fps)):
             raise MediaError(
                 f"{codec} video ({container.format.name})",
                 f"it holds {total} frames where its duration ({duration:.2f} s) declares "

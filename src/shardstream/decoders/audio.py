@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigurationError
-from ._av import MediaError, describe, open_media, require_av
+from ._av import MediaError, channel_count, describe, open_media, require_av
 from ._lazy import require_torch
 from ._starts import EpochContext, check_start, resolve_seed, sample_rng, window_starts
 
@@ -49,7 +49,7 @@ def decode_audio(
         resampler = av.AudioResampler(format="fltp", rate=rate)
         chunks = [out.to_ndarray() for frame in container.decode(stream) for out in resampler.resample(frame)]
         chunks.extend(out.to_ndarray() for out in resampler.resample(None))
-        channels = int(stream.codec_context.layout.nb_channels)
+        channels = channel_count(stream)
     samples = np.concatenate(chunks, axis=1) if chunks else np.zeros((channels, 0), np.float32)
     return samples.astype(np.float32, copy=False), rate
 
@@ -200,7 +200,7 @@ class AudioWindows:
                 duration = (container.duration or 0) / 1_000_000
             n = round(self.seconds * rate)
             starts = window_starts(self.start, math.floor(duration * rate), n, self.windows, rng)
-            channels = int(stream.codec_context.layout.nb_channels)
+            channels = channel_count(stream)
             out = np.zeros((self.windows, channels, n), dtype=np.float32)
             for window, first in enumerate(starts.tolist()):
                 _read_window(av, container, stream, first, out[window], rate)

@@ -18,7 +18,16 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigurationError
-from ._av import MediaError, VideoMeta, configure_threads, describe, open_media, read_frames, video_meta
+from ._av import (
+    MediaError,
+    VideoMeta,
+    configure_threads,
+    describe,
+    open_media,
+    read_frames,
+    rgb_converter,
+    video_meta,
+)
 from ._lazy import require_torch
 from ._starts import EpochContext, check_start, resolve_seed, sample_rng, window_starts
 from .video import VIDEO_EXTENSIONS
@@ -169,13 +178,14 @@ class VideoClips:
         height, width = output_size(self.size, meta.height, meta.width)
         out = np.empty((*indices.shape, height, width, 3), dtype=np.uint8)
         flat = out.reshape(-1, height, width, 3)
+        convert = rgb_converter(threads, width, height)
         slots: dict[int, list[int]] = {}
         for position, index in enumerate(indices.ravel().tolist()):
             slots.setdefault(index, []).append(position)
 
         def store(index: int, frame: Any) -> None:
             first, *rest = slots[index]
-            flat[first] = frame.to_ndarray(format="rgb24", width=width, height=height, threads=threads)
+            flat[first] = convert(frame)
             for position in rest:
                 flat[position] = flat[first]
 

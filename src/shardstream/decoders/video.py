@@ -20,7 +20,16 @@ from typing import Any
 import numpy as np
 
 from ..errors import DecodingError
-from ._av import MediaError, configure_threads, describe, open_media, require_av, video_meta
+from ._av import (
+    MediaError,
+    channel_count,
+    configure_threads,
+    describe,
+    open_media,
+    require_av,
+    rgb_converter,
+    video_meta,
+)
 from ._lazy import require_torch
 
 __all__ = ["VIDEO_EXTENSIONS", "VideoSummary", "decode_video", "probe_video", "torch_video", "video_info"]
@@ -44,24 +53,49 @@ def decode_video(
         video = container.streams.video[0]
         audio = container.streams.audio[0] if container.streams.audio else None
         n = configure_threads(video, threads)
-        frames: list[np.ndarray[Any, Any]] = []
+        # Every frame is converted to the stream's declared size, even if it changes mid-stream.
+        height, width = int(video.codec_context.height), int(video.codec_context.width)
+        if not (height and width):
+            raise MediaError(describe(container, extension), "the video stream declares no frame size")
+        frames = _FrameBuffer(int(video.frames or 0), height, width)
+        convert = rgb_converter(n, width, height)
         chunks: list[np.ndarray[Any, Any]] = []
         resampler = av.AudioResampler(format="fltp") if audio is not None else None
         for packet in container.demux(*(s for s in (video, audio) if s is not None)):
             for frame in packet.decode():
                 if packet.stream is video:
-                    frames.append(frame.to_ndarray(format="rgb24", threads=n))
+                    frames.append(convert(frame))
                 elif resampler is not None:
                     chunks.extend(out.to_ndarray() for out in resampler.resample(frame))
         if resampler is not None:
             chunks.extend(out.to_ndarray() for out in resampler.resample(None))
-        if not frames:
+        if not frames.count:
             raise MediaError(describe(container, extension), "no frame could be decoded")
         info: dict[str, Any] = {"video_fps": float(video.average_rate or video.guessed_rate or 0)}
         if audio is not None:
             info["audio_fps"] = int(audio.codec_context.sample_rate)
     samples = np.concatenate(chunks, axis=1) if chunks else np.empty((1, 0), np.float32)
-    return np.stack(frames), samples.astype(np.float32, copy=False), info
+    return frames.result(), samples.astype(np.float32, copy=False), info
+
+
+class _FrameBuffer:
+    """Frames written into one array sized from the header's frame count (no list-then-stack
+    copy, which doubles the peak); grows if the header undercounts, trimmed if it overcounts."""
+
+    def __init__(self, expected: int, height: int, width: int) -> None:
+        self.array = np.empty((max(expected, 1), height, width, 3), np.uint8)
+        self.count = 0
+
+    def append(self, frame: np.ndarray[Any, Any]) -> None:
+        if self.count == len(self.array):
+            grown = np.empty((len(self.array) * 2, *self.array.shape[1:]), np.uint8)
+            grown[: self.count] = self.array
+            self.array = grown
+        self.array[self.count] = frame
+        self.count += 1
+
+    def result(self) -> np.ndarray[Any, np.dtype[np.uint8]]:
+        return self.array if self.count == len(self.array) else self.array[: self.count].copy()
 
 
 class _TorchVideo:
@@ -106,7 +140,7 @@ def probe_video(
             {
                 "codec": stream.codec_context.name,
                 "sample_rate": int(stream.codec_context.sample_rate),
-                "channels": int(stream.codec_context.layout.nb_channels),
+                "channels": channel_count(stream),
                 "duration": float(stream.duration * stream.time_base) if stream.duration else None,
             }
             for stream in container.streams.audio
