@@ -164,7 +164,10 @@ class SeaweedS3:
             "-s3.port.iceberg=0",
             "-s3.port.lance=0",
             f"-s3.config={config}",
-            "-volume.max=0",
+            # Every bucket is a collection that grows 7 volumes on its first write; "0" (slots
+            # from free disk space) ran out after ~20 test buckets in one session. Volumes are
+            # created empty and grow on demand, so many slots cost nothing.
+            "-volume.max=2000",
             "-volume.preStopSeconds=1",
             "-master.volumeSizeLimitMB=256",
         ]
@@ -301,12 +304,30 @@ class SeaweedS3:
             self._admin_client = self.client()
         return self._admin_client
 
-    def create_bucket(self, name: str) -> str:
-        """Create bucket ``name`` if missing; returns it."""
+    def create_bucket(self, name: str, *, warm_up: float = 60.0) -> str:
+        """Create bucket ``name`` if missing and make sure it takes writes; returns it.
+
+        SeaweedFS grows the volumes of a new bucket's collection on its first write; on a loaded
+        machine that first write can fail with a 500 while the volumes are allocated. A small
+        object is written (and removed) with retries for up to ``warm_up`` seconds, so the
+        caller's first write does not meet that window.
+        """
         errors = self.admin.exceptions
         with contextlib.suppress(errors.BucketAlreadyOwnedByYou, errors.BucketAlreadyExists):
             self.admin.create_bucket(Bucket=name)
-        return name
+        deadline = time.monotonic() + warm_up
+        delay = 0.2
+        while True:
+            try:
+                self.admin.put_object(Bucket=name, Key=".warm-up", Body=b"x")
+                self.admin.delete_object(Bucket=name, Key=".warm-up")
+                return name
+            except Exception as exc:  # botocore ClientError 5xx, connection errors
+                if time.monotonic() + delay > deadline:
+                    raise RuntimeError(f"SeaweedFS bucket {name!r} does not take writes: {exc}") from exc
+                log.info("bucket %s not writable yet (%s); retrying", name, exc)
+                time.sleep(delay)
+                delay = min(delay * 2, 3.0)
 
     def put_object(self, bucket: str, key: str, data: bytes) -> str:
         """Upload ``data``; returns the ``s3://bucket/key`` URL."""
