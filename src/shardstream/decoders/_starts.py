@@ -8,8 +8,10 @@ which the decode stage calls once per epoch; an unbound decoder (called directly
 
 from __future__ import annotations
 
+import copy
 import hashlib
-from typing import Any, Protocol
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -77,3 +79,50 @@ def window_starts(
         centres = (np.arange(count) + 0.5) * (length / count)
         starts = np.clip(np.round(centres - span / 2), 0, last)
     return np.sort(starts.astype(np.int64))
+
+
+_Self = TypeVar("_Self", bound="SeededFieldDecoder")
+
+
+class SeededFieldDecoder:
+    """Shared by VideoClips and AudioWindows: extension dispatch, output choice, and random starts
+    that are a pure function of (seed, epoch, sample key).
+
+    ``bind(ctx)`` (called by the decode stage once per epoch) returns a copy for that epoch;
+    subclasses implement ``decode_in_sample`` and call :meth:`_rng` for their draws.
+    """
+
+    seed: int | None
+    dispatch_extensions: frozenset[str]
+    _epoch: int
+    _seed: int | None
+
+    def _init_dispatch(self, seed: int | None, extensions: str | Iterable[str]) -> None:
+        names = extensions.split() if isinstance(extensions, str) else list(extensions)
+        self.seed = seed
+        self.dispatch_extensions = frozenset(name.lower().lstrip(".") for name in names)
+        self._epoch = 0
+        self._seed = None  # resolved by bind(), or on first use
+
+    def bind(self: _Self, ctx: EpochContext) -> _Self:
+        """A copy drawing this epoch's starts (the decode stage calls it once per epoch)."""
+        bound = copy.copy(self)
+        bound._epoch, bound._seed = ctx.epoch, resolve_seed(self.seed, ctx)
+        return bound
+
+    def __call__(self, key: str, data: bytes) -> dict[str, Any] | None:
+        """Decode one field (the sample key is unknown here: random starts use key ``None``)."""
+        return self.decode_in_sample(key, data, {})
+
+    def decode_in_sample(self, key: str, data: bytes, sample: Mapping[str, Any]) -> dict[str, Any] | None:
+        raise NotImplementedError
+
+    def _dispatch(self, key: str) -> str | None:
+        """The field's extension when this decoder handles it, else ``None``."""
+        extension = key.rpartition(".")[2].lower()
+        return extension if extension in self.dispatch_extensions else None
+
+    def _rng(self, kind: str, key: str, sample: Mapping[str, Any]) -> np.random.Generator:
+        if self._seed is None:
+            self._seed = resolve_seed(self.seed)
+        return sample_rng(self._seed, self._epoch, kind, (sample.get("__key__"), key))

@@ -8,7 +8,6 @@ torchaudio or a temp file. ``AudioWindows`` seeks to each window and decodes onl
 
 from __future__ import annotations
 
-import copy
 import itertools
 import math
 from collections.abc import Iterable, Mapping
@@ -19,7 +18,7 @@ import numpy as np
 from ..errors import ConfigurationError
 from ._av import MediaError, channel_count, describe, open_media, require_av
 from ._lazy import require_torch
-from ._starts import EpochContext, check_start, resolve_seed, sample_rng, window_starts
+from ._starts import SeededFieldDecoder, check_start, window_starts
 
 __all__ = ["AUDIO_EXTENSIONS", "AudioWindows", "decode_audio", "torch_audio"]
 
@@ -117,7 +116,7 @@ def _fill(
     return True
 
 
-class AudioWindows:
+class AudioWindows(SeededFieldDecoder):
     """Decodes each audio field into ``windows`` windows of ``seconds`` (a field decoder).
 
     Use as ``.decode(AudioWindows(2.0, sample_rate=16000))``; each audio field becomes a dict:
@@ -164,31 +163,16 @@ class AudioWindows:
         check_start(start)
         if output == "torch":
             require_torch(purpose="AudioWindows(output='torch'); pass output='numpy' for NumPy arrays")
-        names = extensions.split() if isinstance(extensions, str) else list(extensions)
         self.seconds, self.sample_rate, self.windows = float(seconds), sample_rate, windows
-        self.start, self.mono, self.seed, self.output = start, mono, seed, output
-        self.dispatch_extensions = frozenset(name.lower().lstrip(".") for name in names)
-        self._epoch = 0
-        self._seed: int | None = None
-
-    def bind(self, ctx: EpochContext) -> AudioWindows:
-        """A copy drawing this epoch's starts (the decode stage calls it once per epoch)."""
-        bound = copy.copy(self)
-        bound._epoch, bound._seed = ctx.epoch, resolve_seed(self.seed, ctx)
-        return bound
-
-    def __call__(self, key: str, data: bytes) -> dict[str, Any] | None:
-        """Decode one field (the sample key is unknown here: random starts use key ``None``)."""
-        return self.decode_in_sample(key, data, {})
+        self.start, self.mono, self.output = start, mono, output
+        self._init_dispatch(seed, extensions)
 
     def decode_in_sample(self, key: str, data: bytes, sample: Mapping[str, Any]) -> dict[str, Any] | None:
         """Decode the field ``key`` (with its leading dot) of ``sample``; ``None`` if not an audio field."""
-        extension = key.rpartition(".")[2].lower()
-        if extension not in self.dispatch_extensions:
+        extension = self._dispatch(key)
+        if extension is None:
             return None
-        if self._seed is None:
-            self._seed = resolve_seed(self.seed)
-        rng = sample_rng(self._seed, self._epoch, "windows", (sample.get("__key__"), key))
+        rng = self._rng("windows", key, sample)
         av = require_av("AudioWindows")
         with open_media(data, extension=extension, purpose="AudioWindows", sample=sample) as container:
             stream = _audio_stream(container, extension)

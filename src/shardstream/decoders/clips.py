@@ -10,7 +10,6 @@ a keyframe every 2 s, an 8-frame clip of a 30 s video decodes about 1/20 of its 
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -29,7 +28,7 @@ from ._av import (
     video_meta,
 )
 from ._lazy import require_torch
-from ._starts import EpochContext, check_start, resolve_seed, sample_rng, window_starts
+from ._starts import SeededFieldDecoder, check_start, window_starts
 from .video import VIDEO_EXTENSIONS
 
 __all__ = ["VideoClips", "output_size"]
@@ -55,7 +54,7 @@ def _positive(name: str, value: Any, *, allow_zero: bool = False) -> None:
         raise ConfigurationError(f"{name}={value!r} must be an integer >= {low}")
 
 
-class VideoClips:
+class VideoClips(SeededFieldDecoder):
     """Decodes each video field into ``clips`` clips of ``num_frames`` frames (a field decoder).
 
     Use as ``.decode(VideoClips(8))``; each video field becomes a dict:
@@ -121,32 +120,17 @@ class VideoClips:
         check_start(start)
         if output == "torch":
             require_torch(purpose="VideoClips(output='torch'); pass output='numpy' for NumPy arrays")
-        names = extensions.split() if isinstance(extensions, str) else list(extensions)
         self.num_frames, self.step, self.fps, self.clips = num_frames, step, fps, clips
         self.start = start
-        self.size, self.seed, self.threads, self.output = size, seed, threads, output
-        self.dispatch_extensions = frozenset(name.lower().lstrip(".") for name in names)
-        self._epoch = 0
-        self._seed: int | None = None  # resolved by bind(), or on first use
-
-    def bind(self, ctx: EpochContext) -> VideoClips:
-        """A copy drawing this epoch's starts (the decode stage calls it once per epoch)."""
-        bound = copy.copy(self)
-        bound._epoch, bound._seed = ctx.epoch, resolve_seed(self.seed, ctx)
-        return bound
-
-    def __call__(self, key: str, data: bytes) -> dict[str, Any] | None:
-        """Decode one field (the sample key is unknown here: random starts use key ``None``)."""
-        return self.decode_in_sample(key, data, {})
+        self.size, self.threads, self.output = size, threads, output
+        self._init_dispatch(seed, extensions)
 
     def decode_in_sample(self, key: str, data: bytes, sample: Mapping[str, Any]) -> dict[str, Any] | None:
         """Decode the field ``key`` (with its leading dot) of ``sample``; ``None`` if not a video field."""
-        extension = key.rpartition(".")[2].lower()
-        if extension not in self.dispatch_extensions:
+        extension = self._dispatch(key)
+        if extension is None:
             return None
-        if self._seed is None:
-            self._seed = resolve_seed(self.seed)
-        rng = sample_rng(self._seed, self._epoch, "clips", (sample.get("__key__"), key))
+        rng = self._rng("clips", key, sample)
         with open_media(data, extension=extension, purpose="VideoClips", sample=sample) as container:
             if not container.streams.video:
                 raise MediaError(describe(container, extension), "it has no video stream")
