@@ -20,6 +20,20 @@ ENV_PREFIXES = ("SHARDSTREAM_", "WDS_")
 sys.path.insert(0, str(Path(__file__).resolve().parent / "integration"))
 
 
+@pytest.fixture(autouse=True)
+def _close_cached_sources() -> Iterator[None]:
+    """Close the per-process sources a test built (their pools hold sockets to servers that
+    may be gone by the next test)."""
+    yield
+    from shardstream import sources
+
+    with sources._lock:
+        cached = list(sources._instances.values())
+        sources._instances.clear()
+    for source in cached:
+        source.close()
+
+
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """SeaweedFS with an S3 gateway on loopback, started once per session and stopped by PID."""

@@ -42,19 +42,6 @@ BACKENDS = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def _close_shared_sources() -> Iterator[None]:
-    """Close the per-process sources a SchemeRouter built (their pools hold sockets)."""
-    yield
-    from shardstream import sources
-
-    with sources._lock:
-        cached = list(sources._instances.values())
-        sources._instances.clear()
-    for source in cached:
-        source.close()
-
-
 @pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
     """Each source of the contract suite in turn."""

@@ -37,19 +37,6 @@ from _servers import FaultProxy, SeaweedS3  # noqa: E402
 _bucket_numbers = itertools.count()
 
 
-@pytest.fixture(autouse=True)
-def _close_cached_sources() -> Iterator[None]:
-    """Close the sources a test built (their pools hold sockets to servers that may be gone)."""
-    yield
-    from shardstream import sources
-
-    with sources._lock:
-        cached = list(sources._instances.values())
-        sources._instances.clear()
-    for source in cached:
-        source.close()
-
-
 @pytest.fixture
 def s3_bucket(s3_server: SeaweedS3, request: pytest.FixtureRequest) -> str:
     """A new empty bucket for one test."""

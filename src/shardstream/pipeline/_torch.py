@@ -10,6 +10,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from ..decoders._lazy import require_torch as _require_torch
+
 __all__ = ["IterableDatasetBase", "in_worker", "require_torch"]
 
 try:
@@ -25,14 +27,7 @@ except ImportError:  # pragma: no cover - exercised by the no-torch test in a fr
 
 def require_torch(what: str) -> Any:
     """Import torch, or raise an ImportError that says what needs it and how to install it."""
-    try:
-        import torch
-    except ImportError as exc:
-        raise ImportError(
-            f"{what} needs PyTorch, which shardstream does not install for you (to let you pick the "
-            "CPU or CUDA build): pip install torch"
-        ) from exc
-    return torch
+    return _require_torch(purpose=what)
 
 
 def in_worker() -> bool:
