@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from typing import Any
 
 from ..errors import ConfigurationError, SplitError
@@ -227,23 +227,37 @@ class _PlannedNode(Node):
                 close()
             self.cursor.next = -1
 
-    def _read(self) -> Iterator[dict[str, Any]]:
-        quota, exact = self.quota, self.stage.mode == "exact"
-        while not self.makeup and self.done < quota and self.piece < len(self.pieces):
-            piece = self.pieces[self.piece]
-            for sample in self._samples(piece.url, piece.start, piece.stop):
-                if exact:
-                    sample["__pad__"] = piece.pad
-                self.skip += 1
-                self.done += 1
-                yield sample
-                if self.done == quota:
-                    return
-            if self.stopped:
+    def _piece(self, url: str, start: int, stop: int | None, pad: bool | None) -> Iterator[dict[str, Any]]:
+        """One piece's samples, counted into the node's state; ends at the quota."""
+        for sample in self._samples(url, start, stop):
+            if pad is not None:
+                sample["__pad__"] = pad
+            self.skip += 1
+            self.done += 1
+            yield sample
+            if self.done == self.quota:
                 return
+
+    def _pieces(self, pad: bool | None) -> Generator[dict[str, Any], None, int]:
+        """The slot's pieces from the current one on (``pad``: exact mode's marker, None to use
+        each piece's own); returns how many samples this pass read."""
+        exact, got = self.stage.mode == "exact", 0
+        while self.piece < len(self.pieces):
+            piece = self.pieces[self.piece]
+            marker = (piece.pad if pad is None else pad) if exact else None
+            for sample in self._piece(piece.url, piece.start, piece.stop, marker):
+                got += 1
+                yield sample
+            if self.stopped or self.done == self.quota:
+                return got
             self.piece += 1
             self.skip = 0
-        if self.done < quota:
+        return got
+
+    def _read(self) -> Iterator[dict[str, Any]]:
+        if not self.makeup and self.done < self.quota:
+            yield from self._pieces(pad=None)
+        if self.done < self.quota and not self.stopped:
             yield from self._make_up()
 
     def _make_up(self) -> Iterator[dict[str, Any]]:
@@ -258,22 +272,9 @@ class _PlannedNode(Node):
                 self.quota - self.done,
             )
         while self.done < self.quota:
-            got = 0
-            while self.piece < len(self.pieces):
-                piece = self.pieces[self.piece]
-                for sample in self._samples(piece.url, piece.start, piece.stop):
-                    if self.stage.mode == "exact":
-                        sample["__pad__"] = True
-                    self.skip += 1
-                    self.done += 1
-                    got += 1
-                    yield sample
-                    if self.done == self.quota:
-                        return
-                if self.stopped:
-                    return
-                self.piece += 1
-                self.skip = 0
+            got = yield from self._pieces(pad=True)
+            if self.stopped or self.done == self.quota:
+                return
             self.piece = 0
             if got == 0:
                 raise SplitError(
@@ -290,13 +291,8 @@ class _PlannedNode(Node):
 
     def _resampled(self) -> Iterator[dict[str, Any]]:
         while self.done < self.quota:
-            for sample in self._samples(self._draw(self.piece), 0, None):
-                self.skip += 1
-                self.done += 1
-                yield sample
-                if self.done == self.quota:
-                    return
-            if self.stopped:
+            yield from self._piece(self._draw(self.piece), 0, None, None)
+            if self.stopped or self.done == self.quota:
                 return
             self.piece += 1
             self.skip = 0
