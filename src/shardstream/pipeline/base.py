@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import random
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -42,6 +43,7 @@ from ..handlers import Handler
 from ..shards.world import World, derive_seed
 
 __all__ = [
+    "DrawNode",
     "FunctionStage",
     "IterNode",
     "ListNode",
@@ -194,6 +196,45 @@ class ListNode(Node):
 
     def item(self, k: int) -> Any:
         return self.items[k]
+
+    def state_dict(self) -> StateDict:
+        return {"next": self.next}
+
+
+class DrawNode(Node):
+    """Yields ``limit`` items drawn with replacement from ``items``; draw ``k`` is seeded by
+    ``(base, k)``, so any draw can be produced again (``item(k)``) and the state is one index."""
+
+    indexable = True
+
+    def __init__(
+        self,
+        items: Sequence[Any],
+        base: int,
+        limit: int,
+        state: StateDict | None = None,
+        *,
+        make: Callable[[Any], Any] | None = None,
+        upstream: Node | None = None,
+    ) -> None:
+        super().__init__(upstream)
+        # Not ``items``: splitters take an upstream ``items`` list as the epoch's whole output.
+        self.pool, self.base, self.limit, self.make = items, base, limit, make
+        self.next = int((state or {}).get("next", 0))
+        self._it = self._run()
+
+    def item(self, k: int) -> Any:
+        # One small seeded draw per item: random access for resume at the cost of a hash.
+        chosen = self.pool[random.Random(self.base + k).randrange(len(self.pool))]
+        return chosen if self.make is None else self.make(chosen)
+
+    def _run(self) -> Iterator[Any]:
+        if not self.pool:
+            return
+        while self.next < self.limit:
+            k = self.next
+            self.next = k + 1
+            yield self.item(k)
 
     def state_dict(self) -> StateDict:
         return {"next": self.next}

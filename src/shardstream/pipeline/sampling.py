@@ -3,13 +3,12 @@ replacement). Both are seeded per (seed, epoch, rank, worker) and save their dra
 
 from __future__ import annotations
 
-import random
 import sys
 from collections.abc import Iterator
 from typing import Any
 
 from ..shards.world import derive_seed
-from .base import Node, RunContext, Stage, StateDict
+from .base import DrawNode, Node, RunContext, Stage, StateDict
 from .shuffle import _draws
 
 __all__ = ["resampled", "rsample"]
@@ -53,33 +52,6 @@ def rsample(p: float = 0.5) -> Stage:
     return _RandomSample(p)
 
 
-class _ResampledNode(Node):
-    indexable = True
-
-    def __init__(self, upstream: Node, n: int, ctx: RunContext, state: StateDict | None) -> None:
-        super().__init__(upstream)
-        items = getattr(upstream, "items", None)
-        self.items = list(items if items is not None else upstream)
-        self.n = n
-        self.base = derive_seed(None, "resampled", ctx.world.rank, ctx.world.worker)
-        self.next = int((state or {}).get("next", 0))
-        self._it = self._run()
-
-    def item(self, k: int) -> Any:
-        return self.items[random.Random(self.base + k).randrange(len(self.items))]
-
-    def _run(self) -> Iterator[Any]:
-        if not self.items:
-            return
-        while self.next < self.n:
-            k = self.next
-            self.next = k + 1
-            yield self.item(k)
-
-    def state_dict(self) -> StateDict:
-        return {"next": self.next}
-
-
 class _Resampled(Stage):
     def __init__(self, n: int = sys.maxsize) -> None:
         self.n = n
@@ -87,7 +59,10 @@ class _Resampled(Stage):
     def build(self, upstream: Node | None, ctx: RunContext, state: StateDict | None = None) -> Node:
         if upstream is None:
             raise ValueError("resampled needs an upstream stage")
-        return _ResampledNode(upstream, self.n, ctx, state)
+        listed = getattr(upstream, "items", None)
+        items = list(listed if listed is not None else upstream)
+        base = derive_seed(None, "resampled", ctx.world.rank, ctx.world.worker)
+        return DrawNode(items, base, self.n, state, upstream=upstream)
 
 
 def resampled(n: int = sys.maxsize) -> Stage:

@@ -29,7 +29,7 @@ from ..shards.split import split_slice, take_every
 from ..shards.world import World, derive_seed
 from ..sources import scheme_of
 from ..tar.index import read_index
-from .base import ListNode, Node, RunContext, Stage, StateDict
+from .base import DrawNode, ListNode, Node, RunContext, Stage, StateDict
 
 __all__ = [
     "ResampledShards",
@@ -86,34 +86,8 @@ def shardspec(spec: str | Sequence[str]) -> SimpleShardList:
     return SimpleShardList(spec)
 
 
-class _ResampledNode(Node):
-    indexable = True
-
-    def __init__(self, stage: ResampledShards, ctx: RunContext, state: StateDict | None) -> None:
-        super().__init__(None)
-        self.urls = stage.urls
-        self.limit = stage.nshards
-        seed = stage.seed if stage.seed is not None else ctx.seed
-        if stage.worker_seed is not None:
-            seed = int(stage.worker_seed())
-        self.base = derive_seed(seed, "resample", ctx.epoch, ctx.world.rank, ctx.world.worker)
-        self.next = int((state or {}).get("next", 0))
-        self._it = self._run()
-
-    def item(self, k: int) -> dict[str, Any]:
-        # Draw k is seeded by (base, k): random access for resume, one small hash per shard.
-        return {"url": self.urls[random.Random(self.base + k).randrange(len(self.urls))]}
-
-    def _run(self) -> Iterator[dict[str, Any]]:
-        if not self.urls:
-            return
-        while self.next < self.limit:
-            k = self.next
-            self.next = k + 1
-            yield self.item(k)
-
-    def state_dict(self) -> StateDict:
-        return {"next": self.next}
+def _url_dict(url: str) -> dict[str, Any]:
+    return {"url": url}
 
 
 class ResampledShards(Stage):
@@ -161,7 +135,11 @@ class ResampledShards(Stage):
         self.worker_seed = worker_seed
 
     def build(self, upstream: Node | None, ctx: RunContext, state: StateDict | None = None) -> Node:
-        return _ResampledNode(self, ctx, state)
+        seed = self.seed if self.seed is not None else ctx.seed
+        if self.worker_seed is not None:
+            seed = int(self.worker_seed())
+        base = derive_seed(seed, "resample", ctx.epoch, ctx.world.rank, ctx.world.worker)
+        return DrawNode(self.urls, base, self.nshards, state, make=_url_dict)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         return iter(self.build(None, RunContext.detect()))
