@@ -1,6 +1,9 @@
 """A Lightning fit over a WebLoader, stopped mid-epoch after a checkpoint, or resumed from it.
 
-Usage: python _resume_lightning.py ROOT full|stop|resume OUT.json
+Usage: python _resume_lightning.py ROOT full|stop|resume OUT.json [DEVICES]
+
+With DEVICES=2 it runs DDP on two CPU processes (Lightning starts rank 1 by running this script
+again); each rank writes ``OUT.json.<rank>`` and reads its own equal share of the epoch.
 """
 
 from __future__ import annotations
@@ -16,7 +19,14 @@ import torch
 import shardstream as ss
 
 ROOT, MODE, OUT = sys.argv[1], sys.argv[2], sys.argv[3]
-STOP_AT = 4
+DEVICES = int(sys.argv[4]) if len(sys.argv) > 4 else 1
+STOP_AT = 4 if DEVICES == 1 else 2
+
+
+def out_file() -> str:
+    import torch.distributed as dist
+
+    return f"{OUT}.{dist.get_rank()}" if DEVICES > 1 else OUT
 
 
 class Stop(Exception):
@@ -34,7 +44,7 @@ class Model(L.LightningModule):
         self.seen.append(list(keys))
         if MODE == "stop" and index == STOP_AT:
             self.trainer.save_checkpoint(f"{ROOT}/mid.ckpt")
-            with open(OUT, "w") as f:
+            with open(out_file(), "w") as f:
                 json.dump(self.seen, f)
             raise Stop
         return self.layer(cls.float().view(-1, 1)).sum()
@@ -45,13 +55,19 @@ class Model(L.LightningModule):
 
 if __name__ == "__main__":
     urls = sorted(glob.glob(f"{ROOT}/*.tar"))
-    dataset = ss.Dataset(urls, seed=2).shuffle(10).decode().to_tuple("__key__", "cls").batched(4)
+    if DEVICES == 1:
+        dataset = ss.Dataset(urls, seed=2)
+    else:  # every rank the same number of batches, as DDP needs
+        dataset = ss.Dataset(urls, seed=2, split=ss.SplitPolicy("equal", batch_size=4))
+    dataset = dataset.shuffle(10).decode().to_tuple("__key__", "cls").batched(4)
     loader = ss.WebLoader(dataset, batch_size=None, num_workers=2)
     model = Model()
     trainer = L.Trainer(
         max_epochs=1,
         accelerator="cpu",
-        devices=1,
+        devices=DEVICES,
+        strategy="ddp" if DEVICES > 1 else "auto",
+        use_distributed_sampler=False,
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,
@@ -61,5 +77,5 @@ if __name__ == "__main__":
         trainer.fit(model, loader, ckpt_path=f"{ROOT}/mid.ckpt" if MODE == "resume" else None)
     except Stop:
         sys.exit(0)
-    with open(OUT, "w") as f:
+    with open(out_file(), "w") as f:
         json.dump(model.seen, f)

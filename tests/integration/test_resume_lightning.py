@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,14 +20,14 @@ import shardstream as ss
 SCRIPT = Path(__file__).resolve().parent / "_resume_lightning.py"
 
 
-def _run(root: Path, mode: str, out: Path) -> list[list[str]]:
+def _run(root: Path, mode: str, out: Path, devices: int = 1) -> list[list[str]]:
     env = {
         k: v
         for k, v in os.environ.items()
         if not k.startswith(("SHARDSTREAM_", "WDS_", "RANK", "WORLD_SIZE"))
     }
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), str(root), mode, str(out)],
+        [sys.executable, str(SCRIPT), str(root), mode, str(out), str(devices)],
         capture_output=True,
         text=True,
         timeout=180,
@@ -34,6 +35,8 @@ def _run(root: Path, mode: str, out: Path) -> list[list[str]]:
         cwd=root,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+    if devices > 1:
+        return [json.loads(Path(f"{out}.{rank}").read_text()) for rank in range(devices)]
     result: list[list[str]] = json.loads(out.read_text())
     return result
 
@@ -50,3 +53,34 @@ def test_lightning_resumes_mid_epoch_with_exactly_the_remaining_batches(tmp_path
     resumed = _run(tmp_path, "resume", tmp_path / "resume.json")
     assert len(stopped) == 5
     assert stopped + resumed == full
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_lightning_ddp_two_processes_resume_with_exactly_the_remaining_batches(tmp_path: Path) -> None:
+    """Lightning writes rank 0's checkpoint only: the loader gathers every rank's state into it
+    when Lightning takes it, and each rank restores its own."""
+    pytest.importorskip("lightning")
+    for s in range(6):
+        with ss.ShardWriter(str(tmp_path / f"p{s}-%02d.tar"), maxcount=1000) as sink:
+            for i in range(10 + 3 * s):
+                sink.write({"__key__": f"s{s}_{i:03d}", "cls": i})
+    full = _run(tmp_path, "full", tmp_path / "full.json", devices=2)
+    stopped = _run(tmp_path, "stop", tmp_path / "stop.json", devices=2)
+    resumed = _run(tmp_path, "resume", tmp_path / "resume.json", devices=2)
+    state = torch_load(tmp_path / "mid.ckpt")
+    assert len(state["ranks"]) == 2, "the checkpoint holds both ranks' loader states"
+    for rank in range(2):
+        assert len(stopped[rank]) == 3
+        assert stopped[rank] + resumed[rank] == full[rank], f"rank {rank}"
+    assert not set(sum(full[0], [])) & set(sum(full[1], [])), "ranks read disjoint samples"
+
+
+def torch_load(path: Path) -> dict[str, Any]:
+    """The loader state inside a Lightning checkpoint."""
+    import torch
+
+    ckpt = torch.load(path, weights_only=False)
+    loops = ckpt["loops"]["fit_loop"]["state_dict"]["combined_loader"]
+    state: dict[str, Any] = loops[0]
+    return state

@@ -13,18 +13,38 @@ The saved state (plain JSON data)::
 On restore, torch's round robin starts again at worker slot 0, so slot ``k`` continues the
 worker ``(next_worker + k) % num_workers`` (its shards and random streams): the batches then
 arrive in the same order as in the uninterrupted run.
+
+With another ``num_workers``, or another world size with the same global batch, the restore is
+elastic (:func:`restore_plan`, ``pipeline/_elastic.py``): what every old worker had not yielded
+is dealt to the new workers, so the rest of the epoch is the same multiset of samples. Another
+world size needs every rank's state: under Lightning (which saves rank 0's checkpoint only) the
+state is gathered from all ranks when it is taken, as ``{"version": 1, "ranks": [...]}``.
 """
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
 from ..errors import StateError
+from ..shards.world import World
 
-__all__ = ["StampingCollate", "Stamped", "check_state", "fingerprint", "trainer_prefetch_lag"]
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "StampingCollate",
+    "Stamped",
+    "check_fingerprint",
+    "fingerprint",
+    "fit_loop",
+    "gather_ranks",
+    "rank_states",
+    "restore_plan",
+    "trainer_prefetch_lag",
+]
 
 VERSION = 1
 
@@ -77,10 +97,25 @@ def fingerprint(dataset: Any, batch_size: int | None) -> dict[str, Any]:
     return {**dataset.fingerprint(), "loader_batch": batch_size}
 
 
-def check_state(
-    state: Any, expected: dict[str, Any], *, rank: int, world_size: int, num_workers: int
-) -> None:
-    """Raise :class:`StateError` naming every field where ``state`` does not fit this loader."""
+_BATCH_FIELDS = ("split_batch", "loader_batch")
+
+
+def rank_states(state: Any) -> list[dict[str, Any]]:
+    """The per-rank states in ``state``: one rank's state, ``{"ranks": [...]}`` (every rank's,
+    as saved under Lightning) or a list of per-rank states."""
+    ranks = state.get("ranks") if isinstance(state, dict) and "ranks" in state else state
+    if isinstance(ranks, dict):
+        ranks = [ranks]
+    if not isinstance(ranks, list) or not ranks:
+        raise StateError(
+            f"not a WebLoader state: {str(state)[:200]}; pass what WebLoader.state_dict() returned"
+        )
+    for one in ranks:
+        _check_structure(one)
+    return ranks
+
+
+def _check_structure(state: Any) -> None:
     if not isinstance(state, dict) or state.get("version") != VERSION:
         raise StateError(
             f"not a WebLoader state of version {VERSION}: {str(state)[:200]}; pass what "
@@ -91,38 +126,103 @@ def check_state(
     ]
     if missing:
         raise StateError(f"the WebLoader state is incomplete or corrupted: missing {missing}")
-    saved = state["fingerprint"]
-    differ = [f"{k}: saved {saved.get(k)!r}, now {v!r}" for k, v in expected.items() if saved.get(k) != v]
-    if differ:
-        raise StateError(
-            "the state was taken from a different dataset or loader (" + "; ".join(differ) + "); "
-            "restore it into a loader built with the same shards, seed, split and batch size"
-        )
-    if (state["rank"], state["world_size"]) != (rank, world_size):
-        raise StateError(
-            f"the state was saved on rank {state['rank']} of {state['world_size']} and is loaded on rank "
-            f"{rank} of {world_size}; load each rank's own state (save it per rank with the checkpoint)"
-        )
-    if state["num_workers"] != num_workers:
-        raise StateError(
-            f"the state was saved with num_workers={state['num_workers']} and is loaded with "
-            f"num_workers={num_workers}; an exact resume needs the same number of workers (resuming "
-            "with another number of workers is not supported yet)"
-        )
     workers = state["workers"]
-    if not isinstance(workers, list) or len(workers) != max(num_workers, 1):
+    if not isinstance(workers, list) or len(workers) != max(int(state["num_workers"]), 1):
         raise StateError(f"the state's worker list is corrupted: {str(workers)[:200]}")
 
 
-def trainer_prefetch_lag(max_depth: int = 40) -> int:
-    """Batches a calling Lightning fit loop has fetched from the loader but not yet trained on.
+def check_fingerprint(saved: dict[str, Any], expected: dict[str, Any], saved_world: int, world: int) -> None:
+    """Raise :class:`StateError` naming every field where ``saved`` does not fit; with another world
+    size the batch sizes may change as long as the global batch (batch x world size) is kept."""
+    differ = []
+    for k, v in expected.items():
+        old = saved.get(k)
+        if k in _BATCH_FIELDS and saved_world != world and old is not None and v is not None:
+            if old * saved_world != v * world:
+                differ.append(
+                    f"{k}: saved {old} x {saved_world} ranks = global batch {old * saved_world}, now {v} x "
+                    f"{world} ranks = {v * world}"
+                )
+        elif old != v:
+            differ.append(f"{k}: saved {old!r}, now {v!r}")
+    if differ:
+        raise StateError(
+            "the state was taken from a different dataset or loader (" + "; ".join(differ) + "); "
+            "restore it into a loader built with the same shards, seed, split and batch size (with "
+            "another world size, keep the global batch: batch size x world size)"
+        )
 
-    Lightning saves a dataloader's ``state_dict()`` in its checkpoint while its data fetcher
-    holds a prefetched batch (when the loader has no length), so a state taken "now" would skip
-    that batch on resume. When ``state_dict()`` is called from Lightning's fit loop, this finds
-    the loop on the call stack and returns how many batches its fetcher holds, so that the state
-    can be rolled back by that many batches. Returns 0 anywhere else.
+
+def restore_plan(
+    state: Any, dataset: Any, expected: dict[str, Any], *, rank: int, world_size: int, num_workers: int
+) -> dict[str, Any]:
+    """What a loader restores: ``{"epoch", "workers", "next_worker"}``, exact when the state was
+    saved with this rank, world size and ``num_workers``, else re-split elastically (the rest of
+    the epoch is exactly the samples the old run had not yielded, in a new order).
+
+    Raises:
+        StateError: another dataset, seed, split or global batch; a rank's state loaded on another
+            rank; another world size without every rank's state; corrupted data.
     """
+    ranks = rank_states(state)
+    saved_world = int(ranks[0]["world_size"])
+    epochs = {int(r["epoch"]) for r in ranks}
+    if len(epochs) > 1 or any(int(r["world_size"]) != saved_world for r in ranks):
+        raise StateError(
+            f"the rank states are from different epochs or worlds (epochs {sorted(epochs)}); save every "
+            "rank's state at the same step"
+        )
+    for one in ranks:
+        check_fingerprint(one["fingerprint"], expected, saved_world, world_size)
+    epoch, workers = epochs.pop(), max(num_workers, 1)
+    by_rank = {int(r["rank"]): r for r in ranks}
+    if saved_world == world_size:
+        own = by_rank.get(rank)
+        if own is None:
+            saved = next(iter(by_rank)) if len(by_rank) == 1 else sorted(by_rank)
+            raise StateError(
+                f"the state was saved on rank {saved} of {saved_world} and is loaded on rank {rank} of "
+                f"{world_size}; load each rank's own state (save it per rank with the checkpoint), or "
+                "every rank's states together"
+            )
+        same_batch = all(own["fingerprint"].get(k) == expected.get(k) for k in _BATCH_FIELDS)
+        if int(own["num_workers"]) == num_workers and same_batch:
+            return {"epoch": epoch, "workers": list(own["workers"]), "next_worker": own.get("next_worker", 0)}
+        sources = [own]
+    else:
+        if sorted(by_rank) != list(range(saved_world)):
+            raise StateError(
+                f"the state was saved by {saved_world} ranks and is loaded by {world_size}: re-splitting "
+                f"the rest of the epoch needs every rank's state, but it holds ranks {sorted(by_rank)}. "
+                "Pass the list of all ranks' states to load_state_dict() (Lightning's checkpoints hold "
+                "them all)"
+            )
+        sources = [by_rank[r] for r in range(saved_world)]
+    old = [
+        (World(rank=int(r["rank"]), world_size=saved_world, worker=w, num_workers=len(r["workers"])), s)
+        for r in sources
+        for w, s in enumerate(r["workers"])
+    ]
+    if all(s is None for _, s in old):  # saved before any batch of the epoch: start it afresh
+        return {"epoch": epoch, "workers": [None] * workers, "next_worker": 0}
+    from ..pipeline._elastic import resplit
+
+    old_batch = ranks[0]["fingerprint"].get("split_batch")
+    states: list[Any] = resplit(dataset, epoch, old, world_size, rank, workers, old_batch)
+    log.info(
+        "elastic resume of epoch %d: %d ranks x %d workers -> %d ranks x %d workers (rank %d)",
+        epoch,
+        saved_world,
+        len(sources[0]["workers"]),
+        world_size,
+        workers,
+        rank,
+    )
+    return {"epoch": epoch, "workers": states, "next_worker": 0}
+
+
+def fit_loop(max_depth: int = 40) -> Any:
+    """The Lightning fit loop on the call stack, or ``None``."""
     frame: FrameType | None = sys._getframe(1)
     for _ in range(max_depth):
         if frame is None:
@@ -130,7 +230,28 @@ def trainer_prefetch_lag(max_depth: int = 40) -> int:
         owner = frame.f_locals.get("self")
         module = type(owner).__module__
         if type(owner).__name__ == "_FitLoop" and module.startswith(("lightning.", "pytorch_lightning.")):
-            batches = getattr(getattr(owner, "_data_fetcher", None), "batches", None)
-            return len(batches) if isinstance(batches, list) else 0
+            return owner
         frame = frame.f_back
-    return 0
+    return None
+
+
+def gather_ranks(state: dict[str, Any]) -> dict[str, Any]:
+    """Every rank's state, gathered (a collective: every rank must call it at the same step)."""
+    import torch.distributed as dist
+
+    gathered: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, state)
+    return {"version": VERSION, "ranks": gathered}
+
+
+def trainer_prefetch_lag(loop: Any) -> int:
+    """Batches Lightning's fit ``loop`` has fetched from the loader but not yet trained on.
+
+    Lightning saves a dataloader's ``state_dict()`` in its checkpoint while its data fetcher
+    holds a prefetched batch (when the loader has no length), so a state taken "now" would skip
+    that batch on resume; the loader rolls its state back by this many batches. 0 without a loop.
+    """
+    if loop is None:
+        return 0
+    batches = getattr(getattr(loop, "_data_fetcher", None), "batches", None)
+    return len(batches) if isinstance(batches, list) else 0

@@ -14,7 +14,16 @@ from ..errors import StateError
 from ..pipeline._torch import require_torch
 from ..pipeline.fluent import FluidInterface, FluidWrapper
 from ..shards.world import World
-from ._state import VERSION, Stamped, StampingCollate, check_state, fingerprint, trainer_prefetch_lag
+from ._state import (
+    VERSION,
+    Stamped,
+    StampingCollate,
+    fingerprint,
+    fit_loop,
+    gather_ranks,
+    restore_plan,
+    trainer_prefetch_lag,
+)
 
 require_torch("shardstream.WebLoader (a torch DataLoader)")
 
@@ -49,7 +58,9 @@ class WebLoader(DataLoader, FluidInterface):  # type: ignore[type-arg]
     * ``close()`` (or leaving a ``with`` block) shuts the worker processes down at once;
     * ``state_dict()`` / ``load_state_dict()`` (torchdata's ``StatefulDataLoader`` names and
       semantics, so Lightning checkpoints it): the position after the last batch yielded to the
-      training loop, restored exactly with the same ``num_workers`` (see ``loader/_state.py``);
+      training loop, restored exactly with the same ``num_workers`` and world, and elastically
+      (the same remaining samples, a new order) with another ``num_workers`` or world size with
+      the same global batch (see ``loader/_state.py``);
     * worker processes get a tuned allocator (fewer page faults when decoding images); the
       main process is left alone.
     """
@@ -84,7 +95,7 @@ class WebLoader(DataLoader, FluidInterface):  # type: ignore[type-arg]
         seen: list[Any] = [None] * workers
         epoch = -1
         if self._pending is not None:
-            state, self._pending = self._pending, None
+            state, self._pending = self._pending["plan"], None
             epoch, seen = int(state["epoch"]), list(state["workers"])
             if self.num_workers == 0:
                 dataset.load_state_dict(seen[0] if seen[0] is not None else {"epoch": epoch})
@@ -130,7 +141,7 @@ class WebLoader(DataLoader, FluidInterface):  # type: ignore[type-arg]
                 "shardstream pipeline (Dataset, WebDataset, DataPipeline) as the loader's dataset"
             )
         if self._pending is not None:
-            return dict(self._pending)
+            return dict(self._pending["state"])
         fp, world = self._expected()
         workers = max(self.num_workers, 1)
         state: dict[str, Any] = {
@@ -145,9 +156,15 @@ class WebLoader(DataLoader, FluidInterface):  # type: ignore[type-arg]
             dataset: Any = self.dataset
             epoch = (live.epoch + 1) if live is not None else max(dataset.epoch, dataset._begun) + 1
             return {**state, "epoch": epoch, "next_worker": 0, "workers": [None] * workers}
-        seen, last = live.rolled_back(trainer_prefetch_lag())
+        loop = fit_loop()
+        seen, last = live.rolled_back(trainer_prefetch_lag(loop))
         next_worker = (last + 1) % workers if last is not None else 0
-        return {**state, "epoch": live.epoch, "next_worker": next_worker, "workers": seen}
+        state = {**state, "epoch": live.epoch, "next_worker": next_worker, "workers": seen}
+        if loop is not None and world.world_size > 1 and _distributed():
+            # Lightning takes the state on every rank at the same step but writes rank 0's
+            # checkpoint only: gather every rank's state into it (each rank picks its own).
+            return gather_ranks(state)
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state`` at the next ``iter()``; call it before iterating.
@@ -166,8 +183,15 @@ class WebLoader(DataLoader, FluidInterface):  # type: ignore[type-arg]
                 f"{type(self.dataset).__name__} cannot restore a position (not a shardstream pipeline)"
             )
         fp, world = self._expected()
-        check_state(state, fp, rank=world.rank, world_size=world.world_size, num_workers=self.num_workers)
-        self._pending = dict(state)
+        plan = restore_plan(
+            state,
+            self.dataset,
+            fp,
+            rank=world.rank,
+            world_size=world.world_size,
+            num_workers=self.num_workers,
+        )
+        self._pending = {"state": state, "plan": plan}
 
     def close(self) -> None:
         """Shut down worker processes of running iterators now (not at garbage collection)."""
@@ -290,6 +314,12 @@ class _FluidLoader(WebLoader):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         WebLoader.load_state_dict(self.__dict__.get("_source", self), state)
+
+
+def _distributed() -> bool:
+    import torch.distributed as dist
+
+    return bool(dist.is_available() and dist.is_initialized())
 
 
 class _Live:

@@ -30,6 +30,7 @@ from ..sources import SchemeRouter, Source
 from ..tar.grouping import Cursor
 from ..tar.samples import TarFormat
 from ._counts import CountSource, shard_counts
+from ._units import UnitsNode
 from .base import Node, RunContext, Stage, StateDict
 from .read import ShardFormat
 
@@ -123,8 +124,11 @@ class PlannedSamples(Stage):
     def samples_per_rank(self, world_size: int) -> int:
         return self.batches_per_rank(world_size) * self.batch_size
 
-    def plan(self, epoch: int, world: World, seed: int | None = None) -> EpochPlan:
-        """The plan of ``epoch`` for ``world``."""
+    def plan(
+        self, epoch: int, world: World, seed: int | None = None, batch_size: int | None = None
+    ) -> EpochPlan:
+        """The plan of ``epoch`` for ``world`` (``batch_size``: another than this stage's, for the
+        plan a run with another world size and the same global batch made)."""
         if self.counts is None:
             raise ConfigurationError("split='resampled' draws shards at random and has no epoch plan")
         return plan_epoch(
@@ -135,7 +139,7 @@ class PlannedSamples(Stage):
             epoch=epoch,
             seed=self.seed if self.seed is not None else seed,
             mode=self.mode,
-            batch_size=self.batch_size,
+            batch_size=batch_size or self.batch_size,
             granularity=self.granularity,
             shuffle=self.shuffle,
         )
@@ -143,6 +147,8 @@ class PlannedSamples(Stage):
     def build(self, upstream: Node | None, ctx: RunContext, state: StateDict | None = None) -> Node:
         if upstream is not None:
             raise ConfigurationError("PlannedSamples starts a pipeline; it takes no upstream stage")
+        if state and "units" in state:  # restored elastically: the runs of samples it was dealt
+            return UnitsNode(self, state)
         return _PlannedNode(self, ctx, state or {})
 
     def __iter__(self) -> Iterator[dict[str, Any]]:

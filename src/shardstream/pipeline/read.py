@@ -17,6 +17,7 @@ from ..handlers import Handler, reraise_exception
 from ..sources import SchemeRouter, Source
 from ..tar.grouping import Cursor
 from ..tar.samples import TarFormat
+from ._units import UnitsNode
 from .base import Node, RunContext, Stage, StateDict
 
 __all__ = ["ReadShards", "ShardFormat"]
@@ -165,6 +166,8 @@ class ReadShards(Stage):
     def build(self, upstream: Node | None, ctx: RunContext, state: StateDict | None = None) -> Node:
         if upstream is None:
             raise ValueError("ReadShards needs a shard list before it (e.g. SimpleShardList(urls))")
+        if state and "units" in state:  # restored elastically: the runs of samples it was dealt
+            return UnitsNode(self, state)
         return _ReadNode(self, upstream, state)
 
     def __repr__(self) -> str:

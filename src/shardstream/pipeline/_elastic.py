@@ -1,0 +1,209 @@
+"""Elastic resume: the positions saved by old workers (and ranks) become new workers' states.
+
+:func:`remaining` turns one old ``(rank, worker)``'s saved pipeline position into the runs of
+samples it had not yet yielded: the rest of the piece or shard it was reading, the pieces or
+shards still ahead of it, and the samples waiting in its shuffle buffer (by position: nothing is
+read here). :func:`resplit` collects them over every old worker and deals them to the new
+workers of one rank (:mod:`shardstream.shards.elastic`): each new worker's state makes its
+reading stage read exactly its runs (``pipeline/_units.py``), with the stages after it starting
+fresh. The multiset of samples the rest of the epoch yields is the uninterrupted run's; the
+order is new.
+
+Only positions that can be re-split exactly are accepted: a pipeline reading with the epoch
+planner (``split="equal"``/``"exact"``) or a shard list and ``ReadShards``, where the stages after
+the reader hold no state but a shuffle buffer. Anything else raises :class:`StateError` naming
+the stage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..errors import StateError
+from ..shards.elastic import Unit, cut, deal, slot_quotas
+from ..shards.world import World
+from ._build import build_one
+from .base import Node, RunContext, StateDict
+from .planned import PlannedSamples
+from .read import ReadShards
+from .shuffle import Shuffle
+
+__all__ = ["remaining", "resplit"]
+
+# States that the stages after the reader may hold and still be restarted fresh.
+_TRIVIAL: tuple[StateDict, ...] = ({}, {"seen": True}, {"seen": False})
+
+
+def _reader_index(pipeline: Any) -> int:
+    for i, stage in enumerate(pipeline.pipeline):
+        if isinstance(stage, (PlannedSamples, ReadShards)):
+            return i
+    raise StateError(
+        "this pipeline has no shard reader (PlannedSamples or ReadShards) of its own, so its position "
+        "cannot be re-split over another number of workers; resume with the same num_workers and world"
+    )
+
+
+def remaining(
+    pipeline: Any, epoch: int, world: World, state: StateDict | None, batch_size: int | None = None
+) -> list[Unit]:
+    """The samples of ``epoch`` that ``world``'s (rank, worker) had not yielded at ``state``
+    (``batch_size``: the planner's batch size in the old run, when it differs from this one's)."""
+    state = state or {}
+    for key in ("replay", "taken", "pass"):
+        if state.get(key):
+            raise StateError(
+                f"the saved position holds {key!r} (a pipeline whose stages cannot save their state, "
+                "or a with_epoch/repeat window), which cannot be re-split over other workers; resume "
+                "with the same num_workers and world size"
+            )
+    nodes: list[StateDict | None] = list(state.get("nodes") or [None] * len(pipeline.pipeline))
+    index = _reader_index(pipeline)
+    reader, ctx = pipeline.pipeline[index], RunContext(epoch, world, pipeline.seed)
+    own: StateDict = nodes[index] or {}
+    locate: Any
+    if "units" in own:
+        units = [Unit.from_json(u) for u in own["units"]]
+        rest = _rest_of_units(units, own)
+        locate = lambda t: _single(units[int(t[0])].url, int(t[1]), units[int(t[0])].pad)  # noqa: E731
+    elif isinstance(reader, PlannedSamples):
+        rest, locate = _rest_of_plan(reader, ctx, own, batch_size)
+    else:
+        rest, locate = _rest_of_shards(pipeline, index, ctx, nodes, own)
+    buffered: list[Unit] = []
+    for stage, node_state in zip(pipeline.pipeline[index + 1 :], nodes[index + 1 :], strict=True):
+        if isinstance(stage, Shuffle) and node_state:
+            buffered.extend(locate(token) for token in node_state.get("buffer", []))
+        elif node_state is not None and node_state not in _TRIVIAL:
+            raise StateError(
+                f"stage {type(stage).__name__} after the reader holds a position ({str(node_state)[:80]}) "
+                "that cannot be re-split over other workers; resume with the same num_workers and world size"
+            )
+    return rest + buffered
+
+
+def _single(url: str, offset: int, pad: bool | None) -> Unit:
+    return Unit(url, -1, 1, offset, pad)
+
+
+def _rest_of_units(units: Sequence[Unit], state: StateDict) -> list[Unit]:
+    i, skip, offset = int(state.get("unit", 0)), int(state.get("skip", 0)), int(state.get("offset", -1))
+    if i >= len(units):
+        return []
+    first = units[i]
+    count = None if first.count is None else first.count - skip
+    if offset >= 0:
+        head = Unit(first.url, first.start + skip if first.start >= 0 else -1, count, offset, first.pad)
+    elif skip == 0:
+        head = first
+    elif first.start >= 0:
+        head = Unit(first.url, first.start + skip, count, -1, first.pad)
+    else:
+        raise StateError(f"a saved run of samples of {first.url} has no position to continue from")
+    return ([head] if count != 0 else []) + list(units[i + 1 :])
+
+
+def _rest_of_plan(
+    stage: PlannedSamples, ctx: RunContext, state: StateDict, batch_size: int | None
+) -> tuple[list[Unit], Any]:
+    if stage.counts is None:
+        raise StateError(
+            "split='resampled' draws shards per (rank, worker); its position cannot be re-split over other "
+            "workers. Resume with the same num_workers and world size, or start the epoch afresh"
+        )
+    if state.get("makeup"):
+        raise StateError(
+            "a worker was repeating samples to make up a shortfall (stale index or skipped shard) when "
+            "the state was saved; resume with the same num_workers and world size"
+        )
+    world = ctx.world
+    plan = stage.plan(ctx.epoch, world, ctx.seed, batch_size)
+    pieces, exact = plan.slot(world.rank, world.worker), stage.mode == "exact"
+    need = plan.quota(world.rank, world.worker) - int(state.get("done", 0))
+    first, skip, offset = int(state.get("piece", 0)), int(state.get("skip", 0)), int(state.get("offset", -1))
+    units: list[Unit] = []
+    for k in range(first, len(pieces)):
+        if need <= 0:
+            break
+        piece = pieces[k]
+        start = piece.start + (skip if k == first else 0)
+        n = min(piece.stop - start, need)
+        if n <= 0:
+            continue
+        at = offset if (k == first and offset >= 0) else (0 if start == 0 else -1)
+        units.append(Unit(piece.url, start, n, at, piece.pad if exact else None))
+        need -= n
+
+    def locate(token: Any) -> Unit:
+        piece = pieces[int(token[0])]
+        return _single(piece.url, int(token[1]), piece.pad if exact else None)
+
+    return units, locate
+
+
+def _rest_of_shards(
+    pipeline: Any, index: int, ctx: RunContext, nodes: list[StateDict | None], state: StateDict
+) -> tuple[list[Unit], Any]:
+    # The shard-list stages before the reader are pure lists: rebuild them at their saved
+    # positions (no shard is opened) and take the shards they still hold.
+    built: list[Node] = []
+    upstream: Node | None = None
+    for stage, node_state in zip(pipeline.pipeline[:index], nodes[:index], strict=True):
+        upstream = build_one(stage, upstream, ctx, node_state)
+        built.append(upstream)
+    last = upstream
+    if last is None or not last.indexable:
+        for node in reversed(built):
+            node.close()
+        raise StateError(
+            "the shards before the reader come from an endless or foreign shard stream; its position "
+            "cannot be re-split over other workers. Resume with the same num_workers and world size"
+        )
+    units: list[Unit] = []
+    shard, offset = int(state.get("shard", -1)), int(state.get("offset", -1))
+    if offset >= 0:
+        url = state.get("url") or _url(last.item(shard))
+        units.append(Unit(url, -1 if offset else 0, None, offset))
+    units.extend(Unit(_url(item), 0, None, 0) for item in last)
+    for node in reversed(built):
+        node.close()
+    shards = last
+
+    def locate(token: Any) -> Unit:
+        return _single(_url(shards.item(int(token[0]))), int(token[1]), None)
+
+    return units, locate
+
+
+def _url(shard: Any) -> str:
+    return shard["url"] if isinstance(shard, dict) else str(shard)
+
+
+def resplit(
+    pipeline: Any,
+    epoch: int,
+    old: Sequence[tuple[World, StateDict | None]],
+    world_size: int,
+    rank: int,
+    num_workers: int,
+    old_batch: int | None = None,
+) -> list[StateDict]:
+    """States for the ``num_workers`` workers of ``rank`` (of ``world_size``) that continue ``epoch``
+    with exactly what the old ``(world, state)`` workers (of every old rank) had left
+    (``old_batch``: the planner's batch size in the old run)."""
+    units = [unit for world, state in old for unit in remaining(pipeline, epoch, world, state, old_batch)]
+    index = _reader_index(pipeline)
+    reader = pipeline.pipeline[index]
+    slots = world_size * num_workers
+    if isinstance(reader, PlannedSamples):
+        total = sum(u.count or 0 for u in units)
+        parts = cut(units, slot_quotas(total, world_size, num_workers, reader.batch_size))
+    else:
+        parts = deal(units, slots)
+    states: list[StateDict] = []
+    for part in parts[rank * num_workers : (rank + 1) * num_workers]:
+        nodes: list[StateDict | None] = [None] * len(pipeline.pipeline)
+        nodes[index] = {"units": [u.to_json() for u in part]}
+        states.append({"epoch": epoch, "nodes": nodes})
+    return states

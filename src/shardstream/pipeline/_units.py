@@ -1,0 +1,101 @@
+"""The reading node of a worker restored elastically: it reads the runs of samples it was dealt.
+
+After an elastic resume (see :mod:`shardstream.shards.elastic`) a DataLoader worker reads a list
+of :class:`~shardstream.shards.elastic.Unit` runs instead of its slot of the epoch plan or its
+share of the shard list. The epoch planner and the shard reader both build this node when their
+restored state holds ``"units"``; the next epoch is planned normally for the new world.
+
+State: the units, the one being read, how many of its samples were yielded and the byte offset
+of the next one, so a second restore (with the same workers) continues exactly. Positions of
+single samples (``tell``/``item_at``) are ``[unit number, byte offset]``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from typing import Any
+
+from ..shards.elastic import Unit
+from ..tar.grouping import Cursor
+from .base import Node, StateDict
+
+__all__ = ["UnitsNode"]
+
+
+class UnitsNode(Node):
+    """Yields the samples of ``state["units"]`` through ``stage``'s format, source and handler."""
+
+    def __init__(self, stage: Any, state: StateDict) -> None:
+        super().__init__(None)
+        self.stage = stage
+        self.units = [Unit.from_json(u) for u in state["units"]]
+        self.unit = int(state.get("unit", 0))
+        self.skip = int(state.get("skip", 0))  # samples of the current unit already yielded
+        self.offset = int(state.get("offset", -1))  # where the next one starts, when known
+        self.cursor = Cursor()
+        self.cursor.next = -1
+        self.idle = not self.units  # nothing dealt to this worker: the others hold the epoch
+        self.stopped = False
+        self.tell = self._tell
+        self._it = self._run()
+
+    def state_dict(self) -> StateDict:
+        state: StateDict = {"units": [u.to_json() for u in self.units], "unit": self.unit, "skip": self.skip}
+        if self.cursor.next >= 0:
+            state["offset"] = self.cursor.next
+        return state
+
+    def _tell(self) -> list[Any]:
+        return [self.unit, self.cursor.start]
+
+    def item_at(self, token: Any) -> Any:
+        unit = self.units[int(token[0])]
+        sample: dict[str, Any] = self.stage.format.sample_at(self.stage.source, unit.url, int(token[1]))
+        if unit.pad is not None:
+            sample["__pad__"] = unit.pad
+        return sample
+
+    def _run(self) -> Iterator[dict[str, Any]]:
+        while self.unit < len(self.units):
+            yield from self._read(self.units[self.unit])
+            if self.stopped:
+                return
+            self.unit += 1
+            self.skip = 0
+
+    def _read(self, unit: Unit) -> Iterator[dict[str, Any]]:
+        stage, cursor = self.stage, self.cursor
+        if self.offset >= 0:  # resuming inside this unit at a known offset
+            offset, drop = self.offset, 0
+        elif unit.offset >= 0:
+            offset, drop = unit.offset, self.skip
+        else:  # only the sample number is known: read from the shard's start
+            offset, drop = 0, unit.start + self.skip
+        self.offset = -1
+        left = None if unit.count is None else unit.count - self.skip
+        if left is not None and left <= 0:
+            return
+        cursor.next = offset
+        opened = stage.format.samples(stage.source, unit.url, offset=offset, cursor=cursor)
+        samples: Iterator[dict[str, Any]] = opened
+        if drop:
+            samples = itertools.islice(samples, drop, None)
+        if left is not None:
+            samples = itertools.islice(samples, left)
+        try:
+            for sample in samples:
+                if unit.pad is not None:
+                    sample["__pad__"] = unit.pad
+                self.skip += 1
+                yield sample
+        except Exception as exn:
+            go_on = stage.handler(exn)
+            stage.stats.record(exn)
+            if not go_on:
+                self.stopped = True
+        finally:
+            close = getattr(opened, "close", None)
+            if close is not None:
+                close()
+            cursor.next = -1
