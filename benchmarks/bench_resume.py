@@ -9,12 +9,13 @@ A training run restarted from a checkpoint needs the loader back at the same sam
   opened, the shard in progress is opened at the saved byte offset, and a shuffle buffer is
   refilled with one ranged read per buffered sample.
 
-Measured at 10%, 50% and 90% of an epoch, local shards (page cache warm), with ``num_workers``
-0 and 2; plus the state's size (JSON bytes) and the cost of ``state_dict()``. Targets (issue 11):
+Measured at 10%, 50% and 90% of an epoch, local shards (page cache warm) and the same shards on
+a local SeaweedFS S3 server (``--s3``, ranged GETs), with ``num_workers`` 0 and 2; plus the
+state's size (JSON bytes) and the cost of ``state_dict()``. Targets (issue 11):
 resume at 90% no slower than a fresh start plus one shard open; state at most 4 KiB without a
 shuffle buffer.
 
-    .venv/bin/python benchmarks/bench_resume.py [--rounds 3] [--markdown FILE]
+    .venv/bin/python benchmarks/bench_resume.py [--rounds 3] [--s3] [--markdown FILE]
 """
 
 from __future__ import annotations
@@ -36,10 +37,13 @@ BATCH = 64
 BUFFER = 1000
 
 
+OPTIONS: dict[str, Any] = {}  # storage options of the S3 run
+
+
 def _loader(urls: list[str], workers: int, shuffle: bool) -> Any:
     import shardstream as ss
 
-    ds = ss.Dataset(urls, seed=1)
+    ds = ss.Dataset(urls, seed=1, storage_options=OPTIONS or None)
     if shuffle:
         ds = ds.shuffle(BUFFER)
     return ss.WebLoader(ds.to_tuple("__key__", "txt").batched(BATCH), batch_size=None, num_workers=workers)
@@ -83,11 +87,41 @@ def _state_dict_cost(urls: list[str], workers: int, shuffle: bool) -> float:
     return statistics.median(times)
 
 
+def _tables(urls: list[str], per_epoch: int, rounds: int, where: str) -> list[str]:
+    lines: list[str] = []
+    for workers in (0, 2):
+        for shuffle in (True, False):
+            buffer = f"shuffle buffer {BUFFER}" if shuffle else "no shuffle buffer"
+            lines += [
+                f"### {where}, num_workers={workers}, {buffer}",
+                "",
+                "| resume point | fresh start | replay | shardstream resume | resume / fresh "
+                "| replay / resume | state bytes |",
+                "|---|---:|---:|---:|---:|---:|---:|",
+            ]
+            for fraction in (0.1, 0.5, 0.9):
+                at = int(per_epoch * fraction)
+                state = _state_at(urls, workers, shuffle, at)
+                fresh = min(_first_batch(urls, workers, shuffle) for _ in range(rounds))
+                replay = min(_first_batch(urls, workers, shuffle, skip=at) for _ in range(rounds))
+                resume = min(_first_batch(urls, workers, shuffle, state=state) for _ in range(rounds))
+                size = len(json.dumps(state))
+                lines.append(
+                    f"| {fraction:.0%} (batch {at}) | {fresh:.3f} | {replay:.3f} | {resume:.3f} | "
+                    f"{resume / fresh:.2f}x | {replay / resume:.1f}x | {size:,} |"
+                )
+                print(lines[-1], flush=True)
+            cost = _state_dict_cost(urls, workers, shuffle)
+            lines += ["", f"`state_dict()` median cost: {cost * 1e6:.0f} µs", ""]
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--samples", type=int, default=100_000)
     parser.add_argument("--shards", type=int, default=50)
+    parser.add_argument("--s3", action="store_true", help="also from a local SeaweedFS S3 server")
     parser.add_argument("--markdown", type=Path)
     args = parser.parse_args()
     root = Path(tempfile.gettempdir()) / "shardstream-bench"
@@ -99,36 +133,27 @@ def main() -> None:
         "",
         f"- date: {time.strftime('%Y-%m-%d')}",
         f"- machine: {machine_line()}",
-        f"- command: `.venv/bin/python benchmarks/bench_resume.py --rounds {args.rounds}`",
-        f"- dataset: {args.samples:,} tiny samples in {args.shards} local shards; "
+        f"- command: `.venv/bin/python benchmarks/bench_resume.py --rounds {args.rounds}"
+        f"{' --s3' if args.s3 else ''}`",
+        f"- dataset: {args.samples:,} tiny samples in {args.shards} shards; "
         f"`Dataset(urls).shuffle({BUFFER}).to_tuple(...).batched({BATCH})` through `WebLoader`; "
         f"{per_epoch} batches per epoch; best of {args.rounds} rounds (seconds to the first batch)",
         "",
     ]
-    for workers in (0, 2):
-        for shuffle in (True, False):
-            buffer = f"shuffle buffer {BUFFER}" if shuffle else "no shuffle buffer"
+    lines += _tables(urls, per_epoch, args.rounds, "local disk")
+    if args.s3:
+        from shardstream.testing.seaweed import SeaweedS3
+
+        with tempfile.TemporaryDirectory(prefix="seaweed-") as data, SeaweedS3(Path(data)) as server:
+            server.create_bucket("resume")
+            s3_urls = [server.upload_file(u, "resume", Path(u).name) for u in urls]
+            OPTIONS.update(server.storage_options)
             lines += [
-                f"### num_workers={workers}, {buffer}",
+                "S3: a local SeaweedFS on the same 2 cores (its CPU competes with the loader's); the "
+                "shard in progress is opened with a ranged GET at the saved offset.",
                 "",
-                "| resume point | fresh start | replay | shardstream resume | resume / fresh "
-                "| replay / resume | state bytes |",
-                "|---|---:|---:|---:|---:|---:|---:|",
             ]
-            for fraction in (0.1, 0.5, 0.9):
-                at = int(per_epoch * fraction)
-                state = _state_at(urls, workers, shuffle, at)
-                fresh = min(_first_batch(urls, workers, shuffle) for _ in range(args.rounds))
-                replay = min(_first_batch(urls, workers, shuffle, skip=at) for _ in range(args.rounds))
-                resume = min(_first_batch(urls, workers, shuffle, state=state) for _ in range(args.rounds))
-                size = len(json.dumps(state))
-                lines.append(
-                    f"| {fraction:.0%} (batch {at}) | {fresh:.3f} | {replay:.3f} | {resume:.3f} | "
-                    f"{resume / fresh:.2f}x | {replay / resume:.1f}x | {size:,} |"
-                )
-                print(lines[-1], flush=True)
-            cost = _state_dict_cost(urls, workers, shuffle)
-            lines += ["", f"`state_dict()` median cost: {cost * 1e6:.0f} µs", ""]
+            lines += _tables(s3_urls, per_epoch, args.rounds, "S3 (SeaweedFS)")
     emit_report(lines, args.markdown)
 
 
