@@ -99,6 +99,8 @@ if _TYPE_CHECKING:
     from .pipeline.fields import extract_keys, getfirst, rename, rename_keys, to_tuple
     from .pipeline.fluent import FluidInterface, FluidWrapper
     from .pipeline.mapping import map, map_dict, map_tuple, select, transform_with
+    from .pipeline.objects import ObjectStream
+    from .pipeline.objects_map import ObjectDataset
     from .pipeline.pipeline import DataPipeline
     from .pipeline.planned import PlannedSamples
     from .pipeline.policy import CachePolicy, SplitPolicy
@@ -160,6 +162,8 @@ _MODULES: dict[str, str] = {
     "shardstream.pipeline.extra": "Cached associate info non_empty",
     "shardstream.pipeline.fields": "extract_keys getfirst rename rename_keys to_tuple",
     "shardstream.pipeline.fluent": "FluidInterface FluidWrapper",
+    "shardstream.pipeline.objects": "ObjectStream",
+    "shardstream.pipeline.objects_map": "ObjectDataset",
     "shardstream.pipeline.mapping": "map map_dict map_tuple select transform_with",
     "shardstream.pipeline.pipeline": "DataPipeline",
     "shardstream.pipeline.planned": "PlannedSamples",
@@ -214,6 +218,8 @@ __all__ = [
     "MockDataset",
     "Node",
     "ObjectChangedError",
+    "ObjectDataset",
+    "ObjectStream",
     "PipeCommandError",
     "PipelineStage",
     "PlannedSamples",

@@ -30,6 +30,11 @@ def write_shards(root: Path) -> None:
         with ss.ShardWriter(str(root / f"part{s}-%02d{suffix}"), maxcount=1000) as sink:
             for i in range(n):
                 sink.write({"__key__": f"s{s}_{i:03d}", "txt": f"text {s} {i}", "cls": s * 100 + i})
+    objects = root / "objects"  # the same kind of samples as single objects ({key}.{ext} files)
+    objects.mkdir(exist_ok=True)
+    for i in range(23):
+        (objects / f"o{i:03d}.txt").write_text(f"object {i}")
+        (objects / f"o{i:03d}.cls").write_text(str(i))
 
 
 def urls(root: Path) -> list[str]:
@@ -51,6 +56,10 @@ def _base(root: Path, *stages: Any, **kw: Any) -> ss.DataPipeline:
 
 
 CASES: dict[str, Callable[[Path], ss.DataPipeline]] = {
+    "objects": lambda r: ss.ObjectStream(str(r / "objects"), seed=4),
+    "objects+equal+shuffle": lambda r: ss.ObjectStream(
+        str(r / "objects"), seed=4, split="equal", batch_size=2
+    ).shuffle(5),
     "read": lambda r: _base(r),
     "read+gzip-only": lambda r: ss.DataPipeline(
         ss.SimpleShardList([u for u in urls(r) if u.endswith(".gz")]), ss.ReadShards()

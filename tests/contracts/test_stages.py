@@ -103,6 +103,7 @@ def test_every_builtin_stage_class_is_covered() -> None:
         "ToTuple", "Select", "Rename", "_RenameKeys", "_ExtractKeys", "_XDecode", "_Associate",
         "_Info", "_RandomSample", "_Slice", "_NonEmpty", "CheckEmpty", "Batched", "_Unbatched",
         "_Unlisted", "Cached", "_Resampled", "FunctionStage", "MapStage", "Expand",
+        "ObjectSamples",
     }  # fmt: skip
     found = set()
     todo = [ss.Stage]

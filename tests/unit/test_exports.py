@@ -28,6 +28,7 @@ def test_all_is_sorted_and_complete() -> None:
         "tar",
         "cli",
         "fetch",
+        "objects",
         "testing",
     }
 

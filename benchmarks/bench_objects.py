@@ -1,0 +1,378 @@
+"""Single-sample objects in S3, side by side in one run (issue 12's experiment).
+
+A local SeaweedFS holds 2,000 samples = 4,000 objects (``{i}.bin`` of 1-40 KB and ``{i}.cls``);
+an empty training loop with batch size 4 reads them through:
+
+(a) a boto3 per-sample ``Dataset`` (``get_object`` per object), DataLoader with 0 and 2 workers;
+(b) the s5cmd background-copy sampler as published: the sampler copies the next 1,000 samples'
+    objects to local disk with ``s5cmd run`` (one ``cp`` per object), double-buffered, and the
+    Dataset reads the files (2 workers);
+(c) ``shardstream.ObjectDataset`` and ``shardstream.ObjectStream``, DataLoader with 2 workers;
+(d) the same data packed into tar shards (``shardstream pack``), read by webdataset 1.0.2 over
+    ``pipe:s5cmd cat``;
+(e) the ceiling: ``curl --parallel --parallel-max 64`` over presigned URLs of every object.
+
+It prints samples/s (objects/s for the ceiling) and CPU-seconds per 1,000 samples (this process,
+DataLoader workers and subprocesses; the server's CPU is not counted), then the ratios of the
+targets. Two micro-measurements follow: client CPU per signed GET (ours vs boto3 ``get_object``),
+and ObjectStream throughput by window size (requests in flight), which chose the default.
+
+    python benchmarks/bench_objects.py --markdown benchmarks/results/bench_objects.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import cpu_seconds, emit_report, machine_line, paired_ratio, run_alternating  # noqa: E402
+
+BUCKET = "bench-objects"
+PREFIX = "train/"
+SAMPLES = 2_000
+BATCH = 4
+
+
+def _payload(i: int) -> bytes:
+    size = 1_000 + (i * 7_919) % 39_000  # 1-40 KB, spread evenly
+    return (i.to_bytes(4, "little") * (size // 4 + 1))[:size]
+
+
+def populate(server: Any) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    server.create_bucket(BUCKET)
+    client = server.client()
+
+    def put(i: int) -> None:
+        client.put_object(Bucket=BUCKET, Key=f"{PREFIX}{i:06d}.bin", Body=_payload(i))
+        client.put_object(Bucket=BUCKET, Key=f"{PREFIX}{i:06d}.cls", Body=str(i % 10).encode())
+
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(put, range(SAMPLES)))
+
+
+# ------------------------------------------------------------------------------------------ (a)
+class Boto3Dataset:
+    """The usual per-sample Dataset: one boto3 client per worker, a GET per object."""
+
+    def __init__(self, server: Any) -> None:
+        self.endpoint, self.opts = server.endpoint_url, server.storage_options
+        self.client: Any = None
+
+    def __len__(self) -> int:
+        return SAMPLES
+
+    def __getitem__(self, i: int) -> tuple[bytes, bytes]:
+        if self.client is None:
+            import boto3
+
+            self.client = boto3.client(
+                "s3",
+                endpoint_url=self.endpoint,
+                aws_access_key_id=self.opts["access_key_id"],
+                aws_secret_access_key=self.opts["secret_access_key"],
+                region_name="us-east-1",
+            )
+        get = self.client.get_object
+        data = get(Bucket=BUCKET, Key=f"{PREFIX}{i:06d}.bin")["Body"].read()
+        label = get(Bucket=BUCKET, Key=f"{PREFIX}{i:06d}.cls")["Body"].read()
+        return data, label
+
+
+# ------------------------------------------------------------------------------------------ (b)
+class S5cmdSampler:
+    """The published recipe: copy the next chunk of samples with ``s5cmd run`` in the background
+    (double-buffered), then hand out their indices; the dataset reads the local copies."""
+
+    def __init__(
+        self, s5cmd: str, endpoint: str, env: dict[str, str], root: Path, chunk: int = 1_000
+    ) -> None:
+        self.s5cmd, self.endpoint, self.env, self.root, self.chunk = s5cmd, endpoint, env, root, chunk
+
+    def __len__(self) -> int:
+        return SAMPLES
+
+    def _start(self, k: int) -> subprocess.Popen[bytes]:
+        lines = "".join(
+            f"cp s3://{BUCKET}/{PREFIX}{i:06d}.{e} {self.root}/{i:06d}.{e}\n"
+            for i in range(k * self.chunk, min(SAMPLES, (k + 1) * self.chunk))
+            for e in ("bin", "cls")
+        )
+        cmds = self.root / f"cmds-{k}.txt"
+        cmds.write_text(lines)
+        return subprocess.Popen(
+            [self.s5cmd, "--endpoint-url", self.endpoint, "run", str(cmds)],
+            env=self.env,
+            stdout=subprocess.DEVNULL,
+        )
+
+    def __iter__(self) -> Iterator[int]:
+        chunks = -(-SAMPLES // self.chunk)
+        running = self._start(0)
+        for k in range(chunks):
+            running.wait()
+            if running.returncode:
+                raise RuntimeError(f"s5cmd run failed with status {running.returncode}")
+            if k + 1 < chunks:
+                running = self._start(k + 1)
+            yield from range(k * self.chunk, min(SAMPLES, (k + 1) * self.chunk))
+
+
+class LocalFiles:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def __len__(self) -> int:
+        return SAMPLES
+
+    def __getitem__(self, i: int) -> tuple[bytes, bytes]:
+        return (self.root / f"{i:06d}.bin").read_bytes(), (self.root / f"{i:06d}.cls").read_bytes()
+
+
+def _raw_collate(batch: list[Any]) -> list[Any]:
+    return batch
+
+
+def _loop(loader: Any) -> int:
+    n = 0
+    for batch in loader:
+        n += len(batch)
+    return n
+
+
+def cases(
+    server: Any, s5cmd: str, curl: str | None, shards: list[str]
+) -> list[tuple[str, Callable[[], int]]]:
+    import torch
+    import webdataset
+
+    import shardstream as ss
+
+    DataLoader = torch.utils.data.DataLoader  # noqa: N806
+    url = f"s3://{BUCKET}/{PREFIX}"
+    opts = server.storage_options
+    boto = Boto3Dataset(server)
+    objects = ss.ObjectDataset(url, storage_options=opts)
+    stream = (
+        ss.ObjectStream(url, storage_options=opts, shuffle=True, seed=0).to_tuple("bin", "cls").batched(BATCH)
+    )
+    env = {**os.environ, **server.env()}
+    scratch = Path(tempfile.mkdtemp(prefix="bench-s5cmd-"))
+
+    def s5cmd_recipe() -> int:
+        for f in scratch.iterdir():
+            f.unlink()
+        sampler = S5cmdSampler(s5cmd, server.endpoint_url, env, scratch)
+        return _loop(
+            DataLoader(
+                LocalFiles(scratch), batch_size=BATCH, sampler=sampler, num_workers=2, collate_fn=_raw_collate
+            )
+        )
+
+    pipes = [f"pipe:{s5cmd} --endpoint-url {server.endpoint_url} cat {u}" for u in shards]
+    out: list[tuple[str, Callable[[], int]]] = [
+        (
+            "(a) boto3 Dataset, 0 workers",
+            lambda: _loop(DataLoader(boto, batch_size=BATCH, collate_fn=_raw_collate)),
+        ),
+        (
+            "(a) boto3 Dataset, 2 workers",
+            lambda: _loop(DataLoader(boto, batch_size=BATCH, num_workers=2, collate_fn=_raw_collate)),
+        ),
+        ("(b) s5cmd copy sampler, 2 w", s5cmd_recipe),
+        (
+            "(c) ObjectDataset, 2 workers",
+            lambda: _loop(
+                DataLoader(objects, batch_size=BATCH, shuffle=True, num_workers=2, collate_fn=_raw_collate)
+            ),
+        ),
+        (
+            "(c) ObjectStream, 2 workers",
+            lambda: _stream_count(DataLoader(stream, batch_size=None, num_workers=2)),
+        ),
+        (
+            "(d) tar via webdataset+s5cmd",
+            lambda: _loop(
+                DataLoader(
+                    webdataset.WebDataset(pipes, shardshuffle=False),
+                    batch_size=BATCH,
+                    num_workers=2,
+                    collate_fn=_raw_collate,
+                )
+            ),
+        ),
+    ]
+    if curl is not None:
+        client = server.client()
+        args = [curl, "-sS", "--fail", "--parallel", "--parallel-max", "64"]
+        for i in range(SAMPLES):
+            for e in ("bin", "cls"):
+                args += [
+                    client.generate_presigned_url(
+                        "get_object", Params={"Bucket": BUCKET, "Key": f"{PREFIX}{i:06d}.{e}"}, ExpiresIn=7200
+                    ),
+                    "-o",
+                    "/dev/null",
+                ]
+        out.append(("(e) curl, 64 parallel", lambda: (subprocess.run(args, check=True), SAMPLES)[1]))
+    return out
+
+
+def _stream_count(loader: Any) -> int:
+    return sum(len(b[0]) for b in loader)
+
+
+# ------------------------------------------------------------------------------ micro-benchmarks
+def per_get_cpu(server: Any, n: int = 1_000) -> list[str]:
+    """Client CPU per small signed GET, one at a time: ours (cached-key signer + pooled
+    http.client) vs botocore presign per request (the S3 source before) vs boto3 get_object."""
+    import boto3
+
+    from shardstream.sources.s3 import S3Source
+
+    src = S3Source(**server.storage_options)
+    keys = [f"s3://{BUCKET}/{PREFIX}{i:06d}.cls" for i in range(n)]
+    client = boto3.client(
+        "s3",
+        **{
+            "endpoint_url": server.endpoint_url,
+            "region_name": "us-east-1",
+            "aws_access_key_id": server.storage_options["access_key_id"],
+            "aws_secret_access_key": server.storage_options["secret_access_key"],
+        },
+    )
+
+    def ours() -> None:
+        for k in keys:
+            body = src.open_once(k).body
+            body.readinto(memoryview(bytearray(16)))
+            body.readinto(memoryview(bytearray(16)))
+
+    def presign() -> None:
+        for k in keys:
+            body = src.pool.request(
+                "GET", src._presign("get_object", k), headers={"Accept-Encoding": "identity"}
+            )
+            body.readinto(memoryview(bytearray(16)))
+            body.readinto(memoryview(bytearray(16)))
+
+    def boto() -> None:
+        for k in keys:
+            client.get_object(Bucket=BUCKET, Key=k.split("/", 3)[3])["Body"].read()
+
+    lines = [
+        "",
+        "### Client CPU per signed GET (one at a time, 1 KB objects)",
+        "",
+        "| client | ms CPU / GET | GET/s |",
+        "|---|---:|---:|",
+    ]
+    for name, fn in [
+        ("shardstream (cached-key SigV4 + http.client)", ours),
+        ("botocore presign per request + http.client (before)", presign),
+        ("boto3 get_object", boto),
+    ]:
+        fn()  # warm up: connections, credential lookup
+        c0, t0 = time.process_time(), time.perf_counter()
+        fn()
+        c1, t1 = time.process_time(), time.perf_counter()
+        lines.append(f"| {name} | {1000 * (c1 - c0) / n:.3f} | {n / (t1 - t0):,.0f} |")
+    src.close()
+    return lines
+
+
+def window_sweep(server: Any) -> list[str]:
+    """ObjectStream in this process (no workers) by requests in flight."""
+    import shardstream as ss
+
+    url = f"s3://{BUCKET}/{PREFIX}"
+    lines = [
+        "",
+        "### ObjectStream by window (requests in flight), one process",
+        "",
+        "| window | samples/s | CPU-s / 1k samples |",
+        "|---:|---:|---:|",
+    ]
+    for window in (1, 8, 16, 32, 64):
+        ds = ss.ObjectStream(url, storage_options=server.storage_options, window=window)
+        c0, t0 = cpu_seconds(), time.perf_counter()
+        n = sum(1 for _ in ds)
+        c1, t1 = cpu_seconds(), time.perf_counter()
+        lines.append(f"| {window} | {n / (t1 - t0):,.0f} | {1000 * (c1 - c0) / n:.3f} |")
+    alive = [t.name for t in threading.enumerate() if t.name.startswith("shardstream-fetch")]
+    assert not alive, alive
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=2, help="alternating rounds")
+    parser.add_argument("--markdown", type=Path, help="also write the results as Markdown here")
+    args = parser.parse_args(argv)
+
+    from shardstream.cli._pack import pack
+    from shardstream.testing.seaweed import SeaweedS3
+
+    s5cmd = shutil.which("s5cmd") or str(Path(sys.executable).parent / "s5cmd")
+    curl = shutil.which("curl")
+    with tempfile.TemporaryDirectory() as tmp, SeaweedS3(Path(tmp) / "weed") as server:
+        os.environ.update(server.env())  # for the s5cmd pipes of (d)
+        populate(server)
+        pack(
+            f"s3://{BUCKET}/{PREFIX}",
+            f"s3://{BUCKET}/packed",
+            shard_size=16 << 20,
+            storage_options=server.storage_options,
+        )
+        shards = sorted(
+            f"s3://{BUCKET}/{o['Key']}"
+            for o in server.client().list_objects_v2(Bucket=BUCKET, Prefix="packed/")["Contents"]
+            if o["Key"].endswith(".tar")
+        )
+        sides = run_alternating(
+            cases(server, s5cmd, curl, shards), rounds=args.rounds, expect=SAMPLES, min_time=0.0
+        )
+        by = {s.name: s for s in sides}
+        lines = [
+            "# bench_objects: single-sample objects in S3",
+            "",
+            f"- {machine_line()}; SeaweedFS on loopback (same 2 cores)",
+            f"- {SAMPLES} samples = {2 * SAMPLES} objects (1-40 KB + label), batch {BATCH}, empty loop; "
+            f"best of {args.rounds} alternating rounds; (d) = {len(shards)} tar shards",
+            "",
+            "| contender | samples/s | objects/s | CPU-s / 1k samples |",
+            "|---|---:|---:|---:|",
+        ]
+        for s in sides:
+            m = s.best
+            lines.append(f"| {s.name} | {m.rate:,.0f} | {2 * m.rate:,.0f} | {m.cpu_per_1k:.2f} |")
+        lines.append("")
+        ours = by["(c) ObjectStream, 2 workers"]
+        for other in ("(e) curl, 64 parallel", "(b) s5cmd copy sampler, 2 w", "(a) boto3 Dataset, 2 workers"):
+            if other in by:
+                best, paired = paired_ratio(ours, by[other], lambda m: m.rate)
+                lines.append(f"- ObjectStream / {other}: **{best:.2f}x** (median per round {paired:.2f}x)")
+        best, _ = paired_ratio(
+            by["(c) ObjectDataset, 2 workers"], by["(b) s5cmd copy sampler, 2 w"], lambda m: m.rate
+        )
+        lines.append(f"- ObjectDataset / (b) s5cmd copy sampler: **{best:.2f}x**")
+        lines += per_get_cpu(server)
+        lines += window_sweep(server)
+    emit_report(lines, args.markdown)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

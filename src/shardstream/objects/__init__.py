@@ -1,0 +1,26 @@
+"""Datasets of single-sample objects: manifests, grouping into samples, and fetching ahead.
+
+A prefix of objects (``s3://bucket/train/000017.jpg``, ``000017.cls``, ...) is listed once into
+a :class:`Manifest`, grouped into samples by the tar members' key rules (:class:`SampleTable`),
+and read by an :class:`ObjectReader` that keeps many requests in flight (:class:`FetchAhead`).
+The datasets built on it are :class:`shardstream.ObjectDataset` and
+:class:`shardstream.ObjectStream`.
+"""
+
+from .fetch import DEFAULT_MAX_BYTES, DEFAULT_WINDOW, FetchAhead
+from .manifest import MANIFEST_NAME, Manifest, load_manifest, prefix_url, read_manifest_file
+from .reader import ObjectReader
+from .samples import SampleTable
+
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "DEFAULT_WINDOW",
+    "MANIFEST_NAME",
+    "FetchAhead",
+    "Manifest",
+    "ObjectReader",
+    "SampleTable",
+    "load_manifest",
+    "prefix_url",
+    "read_manifest_file",
+]

@@ -1,0 +1,183 @@
+"""One whole object's bytes, with retries, resume and throttling feedback.
+
+For ``s3://`` the fetcher makes every attempt itself (``S3Source.open_once``: one signed GET on
+a pooled connection), so it sees each 503 SlowDown and lowers the requests in flight
+(:class:`~._aimd.Concurrency`); a transfer cut half-way resumes from the bytes it has, with
+``If-Match`` on the first response's ETag. Other schemes (local files, ``http(s)://``, memory)
+go through their source's ``open``, which retries and resumes on its own.
+
+Throttling never fails a fetch by itself: throttled attempts do not use up ``retries``; only
+``throttle_deadline`` seconds of uninterrupted throttling on one object does (default 600 s).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from ..errors import SourceError, TransientSourceError, redact_url
+from ..sources import get_source
+from ..sources._retry import RetryPolicy
+from ._aimd import Concurrency
+
+__all__ = ["ObjectGetter", "is_throttle"]
+
+log = logging.getLogger("shardstream.objects")
+
+
+def is_throttle(exc: BaseException) -> bool:
+    """A throttling answer (503 SlowDown, 429 Too Many Requests)."""
+    return isinstance(exc, TransientSourceError) and exc.status in (429, 503)
+
+
+class ObjectGetter:
+    """Gets whole objects for one process; shared by the fetch threads.
+
+    Args:
+        storage_options: options for the sources.
+        concurrency: the gate every request passes (its limit drops on throttling).
+        stop: set when the consumer stops: backoff sleeps end and no new request starts.
+        policy: retries for faults other than throttling (default: the sources' settings).
+        throttle_deadline: seconds one object may stay throttled before it fails.
+    """
+
+    def __init__(
+        self,
+        storage_options: Mapping[str, Any] | None,
+        concurrency: Concurrency,
+        stop: threading.Event,
+        *,
+        policy: RetryPolicy | None = None,
+        throttle_deadline: float = 600.0,
+    ) -> None:
+        self.storage_options = dict(storage_options or {})
+        self.concurrency = concurrency
+        self.stop = stop
+        self.policy = policy if policy is not None else RetryPolicy.from_options()
+        self.throttle_deadline = throttle_deadline
+        self.retries = 0
+        self.requests = 0
+
+    def get(self, url: str, size: int = -1) -> bytes:
+        """The bytes of ``url``; raises a SourceError when it cannot be had (or when stopped)."""
+        source: Any = get_source(url, self.storage_options)
+        once = getattr(source, "open_once", None)
+        if once is None:
+            return self._plain(source, url)
+        buf = bytearray()
+        etag: str | None = None
+        failures = 0
+        started = time.monotonic()
+        throttled_since: float | None = None
+        while True:
+            if not self.concurrency.acquire(self.stop):
+                raise _stopped(url)
+            ok = False
+            try:
+                self.requests += 1
+                opened = once(url, offset=len(buf), etag=etag)
+                etag = etag or opened.etag
+                _read_body(opened, buf, url)
+                ok = True
+                return bytes(buf)
+            except TransientSourceError as exc:
+                error: TransientSourceError = exc
+            finally:
+                self.concurrency.release(ok=ok)
+            now = time.monotonic()
+            if is_throttle(error):
+                self.concurrency.throttled()
+                throttled_since = throttled_since if throttled_since is not None else now
+                if now - throttled_since > self.throttle_deadline:
+                    raise TransientSourceError(
+                        f"{redact_url(url)} stayed throttled for {now - throttled_since:.0f}s "
+                        f"(throttle_deadline={self.throttle_deadline:g}); last answer: {error}. Lower "
+                        "the request rate (fewer workers or a smaller window) or ask for a higher limit",
+                        url=url,
+                        status=error.status,
+                    ) from error
+                delay = self.policy.rng.uniform(0.0, min(self.policy.max_delay, 0.05 * 2 ** min(failures, 8)))
+                failures = min(failures + 1, 8)
+            else:
+                throttled_since = None
+                failures += 1
+                next_delay = self.policy.next_delay(failures, started)
+                if next_delay is None:
+                    raise TransientSourceError(
+                        f"giving up on {redact_url(url)} at byte {len(buf)} after {failures} failed "
+                        f"attempts; last error: {error}. Check the endpoint, or raise retries= / "
+                        "retry_deadline= in storage_options",
+                        url=url,
+                        status=error.status,
+                    ) from error
+                delay = next_delay
+            self.retries += 1
+            log.debug(
+                "retry %d for %s at byte %d in %.2fs: %s", failures, redact_url(url), len(buf), delay, error
+            )
+            if self.stop.wait(delay):
+                raise _stopped(url)
+
+    def _plain(self, source: Any, url: str) -> bytes:
+        if not self.concurrency.acquire(self.stop):
+            raise _stopped(url)
+        ok = False
+        try:
+            self.requests += 1
+            with source.open(url) as f:
+                data: bytes = f.read()
+            ok = True
+            return data
+        finally:
+            self.concurrency.release(ok=ok)
+
+
+def _stopped(url: str) -> SourceError:
+    return SourceError(f"fetching {redact_url(url)} was stopped (the consumer closed the stream)", url=url)
+
+
+def _read_body(opened: Any, buf: bytearray, url: str) -> None:
+    """Append the body of ``opened`` to ``buf``; a cut or fault is a TransientSourceError with the
+    bytes that arrived kept in ``buf`` (the next attempt resumes there)."""
+    body = opened.body
+    total = opened.size
+    try:
+        if total is not None:
+            start = len(buf)
+            buf.extend(bytes(total - start))
+            view = memoryview(buf)
+            got = start
+            try:
+                while got < total:
+                    n = body.readinto(view[got:])
+                    if not n:
+                        break
+                    got += n
+                if total == start:  # an empty body: complete the response so its connection is reused
+                    body.readinto(memoryview(bytearray(1)))
+            finally:
+                view.release()
+                del buf[got:]
+            if got < total:
+                body.close()
+                raise TransientSourceError(
+                    f"connection to {redact_url(url)} closed at byte {got} of {total}; it is resumed",
+                    url=url,
+                )
+            return
+        chunk = bytearray(1 << 16)
+        while n := body.readinto(memoryview(chunk)):
+            buf += chunk[:n]
+    except SourceError:
+        body.close()
+        raise
+    except Exception as exc:
+        body.close()
+        raise TransientSourceError(
+            f"reading {redact_url(url)} failed at byte {len(buf)}: {type(exc).__name__}: {exc}; "
+            "it is resumed",
+            url=url,
+        ) from exc

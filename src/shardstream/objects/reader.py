@@ -1,0 +1,131 @@
+"""Samples of a manifest by number: one at a time, a batch at once, or a stream fetched ahead.
+
+:class:`ObjectReader` is what the map-style and iterable datasets share. It is picklable (the
+manifest and options travel; threads, connections and counters are made again in each process)
+and builds samples as the tar path does: ``__key__``, ``__url__`` (the prefix) and one field of
+bytes per extension.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from ..errors import ConfigurationError
+from ._aimd import Concurrency
+from ._get import ObjectGetter
+from .fetch import DEFAULT_MAX_BYTES, DEFAULT_WINDOW, FetchAhead
+from .samples import SampleTable
+
+__all__ = ["ObjectReader"]
+
+
+class ObjectReader:
+    """Fetches samples of a :class:`SampleTable` for the process it is used in.
+
+    Args:
+        table: the samples.
+        storage_options: options for the sources.
+        window: requests in flight per process at most (default 32).
+        max_bytes: bytes fetched ahead and not yet consumed, at most (default 256 MiB).
+        ordered: deliver a stream in order (default) or as samples complete.
+    """
+
+    def __init__(
+        self,
+        table: SampleTable,
+        storage_options: Mapping[str, Any] | None = None,
+        *,
+        window: int = DEFAULT_WINDOW,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        ordered: bool = True,
+    ) -> None:
+        if window < 1:
+            raise ConfigurationError(f"window={window}: need at least 1 request in flight")
+        self.table = table
+        self.storage_options = dict(storage_options or {})
+        self.window = window
+        self.max_bytes = max_bytes
+        self.ordered = ordered
+        self._reset()
+
+    def _reset(self) -> None:
+        self._pid = os.getpid()
+        self._stop = threading.Event()
+        self.concurrency = Concurrency(self.window)
+        self.getter = ObjectGetter(self.storage_options, self.concurrency, self._stop)
+        self._pool: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        keep = ("table", "storage_options", "window", "max_bytes", "ordered")
+        return {k: self.__dict__[k] for k in keep}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._reset()
+
+    def _here(self) -> None:
+        if self._pid != os.getpid():  # forked: the parent's threads and counters are not ours
+            self._reset()
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+    @property
+    def throttles(self) -> int:
+        return self.concurrency.throttles
+
+    def sample(self, i: int) -> dict[str, Any]:
+        """Sample ``i``, its objects fetched one after another; raises on failure."""
+        self._here()
+        table = self.table
+        manifest = table.manifest
+        sample: dict[str, Any] = {"__key__": table.keys[i], "__url__": manifest.root}
+        for ext, j in table.fields[i]:
+            sample[ext] = self.getter.get(manifest.root + manifest.keys[j], manifest.sizes[j])
+        return sample
+
+    def many(self, indices: Sequence[int]) -> list[dict[str, Any] | BaseException]:
+        """Samples ``indices`` fetched concurrently (a DataLoader batch), each a dict or its error."""
+        self._here()
+        if len(indices) <= 1:
+            return [self._try(i) for i in indices]
+        pool = self._threads()
+        self._stop.clear()
+        return list(pool.map(self._try, indices))
+
+    def _try(self, i: int) -> dict[str, Any] | BaseException:
+        try:
+            return self.sample(i)
+        except Exception as exc:
+            return exc
+
+    def _threads(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.window, thread_name_prefix="shardstream-batch")
+            return self._pool
+
+    def stream(self, indices: Iterable[int]) -> Iterator[tuple[int, dict[str, Any] | BaseException]]:
+        """``(i, sample or error)`` for ``indices``, fetched ahead (see :class:`FetchAhead`)."""
+        self._here()
+        engine: FetchAhead[int, dict[str, Any]] = FetchAhead(
+            self.sample,
+            window=self.window,
+            max_bytes=self.max_bytes,
+            nbytes=self.table.nbytes,
+            ordered=self.ordered,
+            stop=self._stop,
+        )
+        return engine.run(indices)
+
+    def close(self) -> None:
+        """Stop the batch threads of this process (a later call starts them again)."""
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None and self._pid == os.getpid():
+            pool.shutdown(wait=True, cancel_futures=True)

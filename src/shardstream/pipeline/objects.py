@@ -1,0 +1,249 @@
+"""The iterable dataset over single-sample objects: ``ObjectStream`` and its source stage.
+
+::
+
+    ds = ss.ObjectStream("s3://bucket/train/", split="equal", batch_size=64, seed=0)
+    ds = ds.decode("rgb8").to_tuple("jpg", "cls").batched(64)
+
+Access to single objects is random, so the shuffle is a true global permutation of all samples,
+new every epoch and the same in every process (seeded by ``(seed, epoch)``); no shuffle buffer is
+needed. The epoch plan of the tar path (:func:`~shardstream.shards.plan.plan_epoch`) cuts the
+permuted sequence into the (rank, worker) slots: with ``split="equal"`` every rank gets the same
+number of whole batches, with ``"exact"`` every sample is read once (short ranks pad, marked
+``__pad__``), and with ``split=None`` the slots take every n-th sample of the permutation.
+
+State: the number of samples the slot has yielded. The plan is a pure function of the epoch, so
+a restored node recomputes it and the fetch-ahead engine restarts right after that sample.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from ..errors import ConfigurationError
+from ..handlers import Handler, reraise_exception
+from ..objects import DEFAULT_MAX_BYTES, DEFAULT_WINDOW, Manifest, ObjectReader, SampleTable, load_manifest
+from ..shards.plan import batches_per_rank, plan_epoch
+from ..shards.world import World, derive_seed
+from .base import Node, RunContext, Stage, StateDict
+from .batch import Batched
+from .fluent import FluidInterface
+from .pipeline import DataPipeline
+from .policy import SplitPolicy
+
+__all__ = ["ObjectSamples", "ObjectStream", "open_table"]
+
+_SPLITS = (None, "equal", "exact")
+
+
+def open_table(
+    url: str,
+    manifest: str | Manifest | Sequence[str] | None,
+    storage_options: Mapping[str, Any] | None,
+    manifest_dir: str | None,
+) -> SampleTable:
+    """The samples under prefix ``url`` (listing once, or reading the given manifest)."""
+    found = load_manifest(url, manifest, storage_options=storage_options, manifest_dir=manifest_dir)
+    return SampleTable.from_manifest(found)
+
+
+class ObjectSamples(Stage):
+    """Starts a pipeline with this slot's samples of each epoch, fetched ahead.
+
+    Args:
+        reader: the samples and how to fetch them.
+        split: ``None`` (every n-th sample per rank and worker), ``"equal"`` or ``"exact"``.
+        batch_size: with a split, quotas are whole batches of this size (default 1).
+        shuffle: a new global permutation every epoch (default True).
+        seed: base seed of the permutation (default: the pipeline's).
+        handler: error policy for a sample that cannot be fetched (default: raise).
+    """
+
+    def __init__(
+        self,
+        reader: ObjectReader,
+        *,
+        split: str | None = None,
+        batch_size: int = 1,
+        shuffle: bool = True,
+        seed: int | None = None,
+        handler: Handler = reraise_exception,
+    ) -> None:
+        if split not in _SPLITS:
+            raise ConfigurationError(f"split={split!r} is unknown for objects; use one of {_SPLITS}")
+        if batch_size < 1:
+            raise ConfigurationError(f"batch_size={batch_size} must be at least 1")
+        self.reader, self.split, self.batch_size = reader, split, batch_size
+        self.shuffle, self.seed, self.handler = shuffle, seed, handler
+
+    def samples_per_rank(self, world_size: int) -> int:
+        n = len(self.reader)
+        if self.split is None:
+            return -(-n // world_size)  # the largest rank's share
+        return batches_per_rank(n, world_size, self.batch_size, self.split) * self.batch_size
+
+    def slot(self, ctx: RunContext) -> list[tuple[int, bool]]:
+        """``(sample number, is padding)`` of this (rank, worker) in ``ctx``'s epoch, in order."""
+        n, world = len(self.reader), ctx.world
+        order = list(range(n))
+        seed = self.seed if self.seed is not None else ctx.seed
+        if self.shuffle:
+            random.Random(derive_seed(seed, "objects", ctx.epoch)).shuffle(order)
+        if self.split is None:
+            return [(i, False) for i in order[world.global_worker :: world.world_size * world.num_workers]]
+        plan = plan_epoch(
+            ["objects"],
+            [n],
+            world_size=world.world_size,
+            num_workers=world.num_workers,
+            mode=self.split,
+            batch_size=self.batch_size,
+            granularity="sample",
+            shuffle=False,
+        )
+        return [
+            (order[p], piece.pad)
+            for piece in plan.slot(world.rank, world.worker)
+            for p in range(piece.start, piece.stop)
+        ]
+
+    def build(self, upstream: Node | None, ctx: RunContext, state: StateDict | None = None) -> Node:
+        if upstream is not None:
+            raise ConfigurationError("ObjectSamples starts a pipeline; it takes no upstream stage")
+        return _ObjectNode(self, ctx, state or {})
+
+    def __repr__(self) -> str:
+        return f"ObjectSamples({self.reader.table!r}, split={self.split!r}, shuffle={self.shuffle})"
+
+
+class _ObjectNode(Node):
+    def __init__(self, stage: ObjectSamples, ctx: RunContext, state: StateDict) -> None:
+        super().__init__(None)
+        self.stage = stage
+        self.slot = stage.slot(ctx)
+        self.done = int(state.get("done", 0))
+        self.exact = stage.split == "exact"
+        self.last: list[Any] = [-1, False]
+        self.tell = self._tell
+        self._it = self._run()
+
+    def state_dict(self) -> StateDict:
+        return {"done": self.done}
+
+    def _tell(self) -> list[Any]:
+        return list(self.last)
+
+    def item_at(self, token: Any) -> Any:
+        sample = self.stage.reader.sample(int(token[0]))
+        if self.exact:
+            sample["__pad__"] = bool(token[1])
+        return sample
+
+    def _run(self) -> Iterator[dict[str, Any]]:
+        stage, slot = self.stage, self.slot
+        pads = dict(slot[self.done :]) if self.exact else {}
+        fetched = stage.reader.stream(i for i, _ in slot[self.done :])
+        try:
+            for i, got in fetched:
+                self.done += 1
+                if isinstance(got, BaseException):
+                    go_on = stage.handler(got)
+                    stage.stats.record(got)
+                    if go_on:
+                        continue
+                    return
+                if self.exact:
+                    got["__pad__"] = pads.get(i, False)
+                self.last = [i, pads.get(i, False)]
+                yield got
+        finally:
+            fetched.close()  # type: ignore[attr-defined]
+
+
+class ObjectStream(DataPipeline, FluidInterface):
+    """An iterable dataset over a prefix of single-sample objects, with the fluent stages.
+
+    Args:
+        url: the prefix: ``s3://bucket/prefix/``, a local directory, or ``http(s)://`` with a
+            manifest.
+
+        Listing:
+            manifest: a key list / JSONL / S3 Inventory CSV path or URL, a list of keys, or a
+                :class:`~shardstream.objects.Manifest`; default: list the prefix once.
+            manifest_dir: where listings are saved and reused (default: not saved).
+
+        Order and splitting:
+            shuffle: a new global permutation of the samples every epoch (default True).
+            seed: base seed (default: ``SHARDSTREAM_SEED`` or 0).
+            split: ``None`` (every n-th sample per rank and worker), ``"equal"`` (the same
+                number of batches on every rank) or ``"exact"`` (every sample once, padded);
+                a :class:`SplitPolicy` with one of those modes works too.
+            batch_size: with a split, quotas are whole batches of this size.
+            world: an explicit ``World`` instead of detection.
+
+        Fetching:
+            window: requests in flight per process (per DataLoader worker), default 32.
+            max_bytes: bytes fetched ahead and not consumed, at most (default 256 MiB).
+            ordered: deliver in the permutation's order (default); False delivers as fetched
+                (faster with uneven object sizes; the order and resume are then not exact).
+            handler: error policy for a sample that cannot be fetched (default: raise).
+            storage_options: options for the sources (endpoint, credentials, ...).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        manifest: str | Manifest | Sequence[str] | None = None,
+        manifest_dir: str | None = None,
+        shuffle: bool = True,
+        seed: int | None = None,
+        split: str | SplitPolicy | None = None,
+        batch_size: int | None = None,
+        world: World | None = None,
+        window: int = DEFAULT_WINDOW,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        ordered: bool = True,
+        handler: Handler = reraise_exception,
+        storage_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(seed=seed, world=world)
+        mode = split.mode if isinstance(split, SplitPolicy) else split
+        if isinstance(split, SplitPolicy) and batch_size is None:
+            batch_size = split.batch_size
+        self.url = url
+        table = open_table(url, manifest, storage_options, manifest_dir)
+        self.reader = ObjectReader(
+            table, storage_options, window=window, max_bytes=max_bytes, ordered=ordered
+        )
+        self.source_stage = ObjectSamples(
+            self.reader, split=mode, batch_size=batch_size or 1, shuffle=shuffle, seed=seed, handler=handler
+        )
+        self.append(self.source_stage)
+
+    def compose(self, *stages: Any) -> Any:
+        return DataPipeline.compose(self, *stages)
+
+    @property
+    def throttles(self) -> int:
+        """503 SlowDown / 429 answers this process has seen (each one retried, never fatal)."""
+        return self.reader.throttles
+
+    def fingerprint(self) -> dict[str, Any]:
+        keys = self.reader.table.keys
+        digest = hashlib.blake2b(repr((len(keys), keys[:1], keys[-1:])).encode(), digest_size=8).hexdigest()
+        stage = self.source_stage
+        return {**DataPipeline.fingerprint(self), "objects": digest, "seed": self.seed, "split": stage.split}
+
+    def __len__(self) -> int:
+        """Items per rank per epoch, divided by each ``.batched(n)`` composed after the source."""
+        if self.size is not None:
+            return DataPipeline.__len__(self)
+        n = self.source_stage.samples_per_rank(self.context(0).world.world_size)
+        for stage in self.pipeline[1:]:
+            if isinstance(stage, Batched):
+                n = -(-n // stage.batchsize) if stage.partial else n // stage.batchsize
+        return n
