@@ -181,7 +181,8 @@ def test_cat_missing_member_is_an_error(shards: list[str], capsys: pytest.Captur
 def test_stat_summarizes_shards(shards: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["stat", *shards]) == 0
     blocks = capsys.readouterr().out.split("\n\n")
-    assert len(blocks) == 2
+    assert len(blocks) == 3  # two shards, then the dataset total
+    assert _lines("\n" + blocks[2])["samples"] == "24"
     first = _lines("\n" + blocks[0])
     assert first["samples"] == "12"
     assert first["members"] == "24"

@@ -9,6 +9,7 @@ files; all bookkeeping lives under ``.shardstream/`` (cache names never start wi
     <root>/.shardstream/lease/s3/b1/train-000.tar/     one file per live reader
     <root>/.shardstream/tmp/s3/b1/train-000.tar~<host>~<pid>~<start>~<token>.part
     <root>/.shardstream/evict.lock                     serialises eviction passes
+    <root>/.shardstream/stats/<host>~<pid>~<start>.json  one process's hit/miss counters
 """
 
 from __future__ import annotations
@@ -50,6 +51,11 @@ class Layout:
     @property
     def tmp_root(self) -> str:
         return os.path.join(self.book, "tmp")
+
+    @property
+    def counters(self) -> str:
+        """Directory of per-process counter files (see :class:`.stats.CounterFile`)."""
+        return os.path.join(self.book, "stats")
 
     @property
     def evict_lock(self) -> str:

@@ -44,8 +44,9 @@ class Lease:
             remove_quietly(self.path)
 
 
-def live_leases(directory: str, *, owner: Owner, stale_after: float) -> int:
-    """Number of live leases in ``directory``; dead holders' leases are removed on the way."""
+def live_leases(directory: str, *, owner: Owner, stale_after: float, prune: bool = True) -> int:
+    """Number of live leases in ``directory``; dead holders' leases are removed on the way
+    (unless ``prune`` is False: ``shardstream cache ls`` only looks)."""
     try:
         names = os.listdir(directory)
     except FileNotFoundError:
@@ -65,6 +66,6 @@ def live_leases(directory: str, *, owner: Owner, stale_after: float) -> int:
                 continue
         if alive:
             live += 1
-        else:
+        elif prune:
             remove_quietly(path)
     return live

@@ -1,13 +1,17 @@
-"""Cache counters: what the cache did in this process."""
+"""Cache counters: what the cache did in this process, and their copy on disk for ``cache stats``."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import json
+import os
+import time
 from dataclasses import dataclass
 
 from ..sources._forksafe import ForkSafeLock
 
-__all__ = ["CacheStats"]
+__all__ = ["CacheStats", "CounterFile", "read_counter_files"]
 
 
 @dataclass
@@ -66,3 +70,50 @@ class CacheStats:
     def __setstate__(self, state: dict[str, int]) -> None:
         self.__dict__.update(state)
         self._lock = ForkSafeLock()
+
+
+class CounterFile:
+    """One process's counters on disk, so ``shardstream cache stats DIR`` can sum every process.
+
+    The file ``<directory>/<host>~<pid>~<start>.json`` is rewritten atomically (temp + rename) at
+    most once per ``interval`` seconds when counters change, and once more at exit or when the
+    cache is collected. A forked DataLoader worker inherits its parent's counts: ``baseline``
+    (the counts at the fork) is subtracted so no event is counted twice.
+    """
+
+    def __init__(self, directory: str, tag: str, baseline: CacheStats, *, interval: float = 1.0) -> None:
+        self.path = os.path.join(directory, f"{tag}.json")
+        self.baseline = baseline.as_dict()
+        self.interval = interval
+        # The first write waits an interval too: short-lived caches write once, when they go.
+        self._written = time.monotonic()
+
+    def record(self, stats: CacheStats, *, force: bool = False) -> None:
+        """Write ``stats`` (less the baseline) if ``interval`` has passed, or ``force``."""
+        now = time.monotonic()
+        if not force and now - self._written < self.interval:
+            return
+        self._written = now
+        counts = {k: v - self.baseline.get(k, 0) for k, v in stats.as_dict().items()}
+        tmp = f"{self.path}.{os.getpid()}.tmp"
+        # Best effort: never fail a read for counters, and never re-create a removed cache.
+        with contextlib.suppress(OSError):
+            with open(tmp, "w") as f:
+                json.dump({"updated": time.time(), "counters": counts}, f)
+            os.replace(tmp, self.path)
+
+
+def read_counter_files(directory: str) -> dict[str, dict[str, int]]:
+    """``{process tag: counters}`` of every counter file in ``directory`` (unreadable ones skipped)."""
+    result: dict[str, dict[str, int]] = {}
+    with contextlib.suppress(FileNotFoundError):
+        for name in sorted(os.listdir(directory)):
+            if not name.endswith(".json"):
+                continue
+            try:
+                with open(os.path.join(directory, name)) as f:
+                    data = json.load(f)
+                result[name[: -len(".json")]] = {str(k): int(v) for k, v in data["counters"].items()}
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):
+                continue
+    return result

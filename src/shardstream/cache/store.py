@@ -48,7 +48,7 @@ from ._tee import TeeReader
 from .lease import Lease
 from .lock import LockTiming, ShardLock
 from .naming import NameFunction, cache_name, check_name
-from .stats import CacheStats
+from .stats import CacheStats, CounterFile
 
 __all__ = ["ShardCache", "make_cache_opener"]
 
@@ -134,6 +134,7 @@ class ShardCache:
         self.layout = Layout(self.cache_dir)
         self._stats = CacheStats()
         self._owner: Owner | None = None
+        self._counters: CounterFile | None = None
         self._check_dir()
 
     def __repr__(self) -> str:
@@ -143,6 +144,7 @@ class ShardCache:
         state = self.__dict__.copy()
         state["_owner"] = None  # a new process is a new owner
         state["_stats"] = CacheStats()
+        state["_counters"] = None
         return state
 
     # -- public API -------------------------------------------------------------------------------
@@ -277,7 +279,7 @@ class ShardCache:
 
     def _check_dir(self) -> None:
         try:
-            for sub in ("meta", "lock", "lease", "tmp"):
+            for sub in ("meta", "lock", "lease", "tmp", "stats"):
                 os.makedirs(os.path.join(self.layout.book, sub), exist_ok=True)
             probe = os.path.join(self.layout.book, f".probe~{os.getpid()}~{os.urandom(4).hex()}")
             with open(probe, "wb"):
@@ -292,9 +294,26 @@ class ShardCache:
             ) from exc
 
     def _count(self, event: str, url: str, **extra: int) -> None:
+        counters = self._counter_file()
         self._stats.add(**{event: 1}, **extra)
+        counters.record(self._stats)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("cache %s %s stats=%s", event, redact_url(url), self._stats.as_dict())
+
+    def _counter_file(self) -> CounterFile:
+        """This process's counter file; a new one (based on the counts so far) after a fork."""
+        counters = self._counters
+        owner = self.owner
+        if counters is None or not counters.path.endswith(f"~{owner.pid}~{owner.start}.json"):
+            import multiprocessing.util
+
+            tag = f"{owner.host}~{owner.pid}~{owner.start}"
+            counters = self._counters = CounterFile(self.layout.counters, tag, self._stats.snapshot())
+            # At exit (main process and multiprocessing children alike) or when this cache is
+            # collected: the counts since the last throttled write are not lost.
+            final = {"force": True}
+            multiprocessing.util.Finalize(self, counters.record, (self._stats,), final, exitpriority=1)
+        return counters
 
     def _note_lock(self, lock: ShardLock) -> None:
         if lock.waited:

@@ -4,7 +4,7 @@ Subcommand modules are imported only when their command runs, so ``shardstream -
 ``cat``, ``stat`` and ``write`` do not import torch (``bench`` and ``demo`` need it). The report a
 command produces goes to stdout; diagnostics go through ``logging`` to stderr (``-v`` for INFO,
 ``-vv`` for DEBUG). Errors are printed as one ``error:`` line and exit with status 1; a missing
-optional dependency exits with status 2 and says what to install.
+optional dependency, or a usage error, exits with status 2 (and says what to install or fix).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 
 from ..errors import ShardStreamError
+from ._errors import UsageError
 
 __all__ = ["build_parser", "main"]
 
@@ -35,10 +36,25 @@ _COMMANDS: dict[str, tuple[str, str, str, str]] = {
         "run",
         "make a synthetic dataset, stream it from disk and a local S3 server; needs torch",
     ),
-    "ls": ("_inspect", "add_ls_arguments", "run_ls", "list a shard's members with offsets and sizes"),
+    "ls": (
+        "_inspect",
+        "add_ls_arguments",
+        "run_ls",
+        "list shards (samples, bytes, extensions) or a shard's members",
+    ),
     "cat": ("_inspect", "add_cat_arguments", "run_cat", "write members of a shard to stdout"),
-    "stat": ("_inspect", "add_stat_arguments", "run_stat", "summarize shards: samples, extensions, sizes"),
+    "stat": (
+        "_inspect",
+        "add_stat_arguments",
+        "run_stat",
+        "summarize shards and the dataset: samples, extensions, sizes",
+    ),
+    "verify": ("_verify", "add_arguments", "run", "read every shard and report each problem; exit 1 if any"),
+    "index": ("_index", "add_arguments", "run", "write the _info.json index (counts, offsets) of a dataset"),
+    "cache": ("_cache", "add_arguments", "run", "list, count or safely clean a shard cache directory"),
     "write": ("_write", "add_arguments", "run", "pack a directory of files into shards"),
+    "pack": ("_pack", "add_arguments", "run", "pack an object prefix into shards of a byte size (resumable)"),
+    "unpack": ("_pack", "add_unpack_arguments", "run_unpack", "write shards back as one object per field"),
 }
 
 Runner = Callable[[argparse.Namespace], int]
@@ -59,16 +75,32 @@ def build_parser(commands: Iterable[str] | None = None) -> argparse.ArgumentPars
     parser.add_argument(
         "-v", "--verbose", action="count", default=0, help="log INFO (-v) or DEBUG (-vv) to stderr"
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (module_name, adder, runner, help_text) in _COMMANDS.items():
         if name not in wanted:
             sub.add_parser(name, help=help_text, description=help_text)
             continue
         module = importlib.import_module(f"{__package__}.{module_name}")
-        p = sub.add_parser(name, help=help_text, description=(module.__doc__ or help_text).split("\n\n")[0])
+        p = sub.add_parser(name, help=help_text, description=_description(module, name, help_text))
         getattr(module, adder)(p)
         p.set_defaults(_run=getattr(module, runner))
     return parser
+
+
+def _version() -> str:
+    from .. import __version__
+
+    return __version__
+
+
+def _description(module: object, name: str, help_text: str) -> str:
+    """A command's ``--help`` text: the module's ``DESCRIPTIONS[name]`` or ``DESCRIPTION``, else
+    its docstring's first paragraph, as plain text (no reStructuredText markup)."""
+    text = getattr(module, "DESCRIPTIONS", {}).get(name) or getattr(module, "DESCRIPTION", None)
+    if not text:
+        text = (getattr(module, "__doc__", None) or help_text).split("\n\n")[0]
+    return " ".join(text.replace("``", "").split())
 
 
 def _command_of(argv: Sequence[str]) -> str | None:
@@ -97,7 +129,8 @@ def _missing_dependency(exc: ImportError) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status (0 ok, 1 error, 2 usage or missing package)."""
+    """Run the command line; returns the exit status: 0 ok, 1 problems found (``verify``, ``ls``,
+    ``stat``) or the command failed, 2 usage error or missing package, 130 interrupted."""
     argv = sys.argv[1:] if argv is None else list(argv)
     command = _command_of(argv)
     parser = build_parser([command] if command in _COMMANDS else [])
@@ -112,6 +145,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run(args)
     except ImportError as exc:
         sys.stderr.write(f"shardstream {args.command}: missing dependency: {_missing_dependency(exc)}\n")
+        return 2
+    except UsageError as exc:
+        sys.stderr.write(f"shardstream {args.command}: usage error: {exc}\n")
         return 2
     except (ShardStreamError, FileNotFoundError, RuntimeError) as exc:
         log.debug("%s failed", args.command, exc_info=True)

@@ -1,94 +1,226 @@
-"""``shardstream ls | cat | stat``: look inside a shard without writing any Python.
+"""``shardstream ls | cat | stat``: look inside shards and datasets without writing any Python.
 
-All three stream the shard through the same reader the data path uses (so they work for every
-URL scheme and for gzip shards) and never hold more than one member in memory. Offsets are
-positions in the uncompressed tar stream: the member's header and its data (header + 512).
+All three stream shards through the reader the data path uses (every URL scheme, gzip shards
+too) and never hold more than one sample in memory. Offsets are positions in the uncompressed tar
+stream: a member's header, and its data 512 bytes later.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import json
 import sys
 from collections.abc import Iterator
 from contextlib import closing
-from typing import IO, Any
+from typing import Any
 
 from ..errors import ShardNotFoundError
+from ._scan import ShardScan
 
-__all__ = ["add_cat_arguments", "add_ls_arguments", "add_stat_arguments", "run_cat", "run_ls", "run_stat"]
+__all__ = [
+    "DESCRIPTIONS",
+    "add_cat_arguments",
+    "add_ls_arguments",
+    "add_stat_arguments",
+    "run_cat",
+    "run_ls",
+    "run_stat",
+]
+
+DESCRIPTIONS = {
+    "ls": "List a dataset's shards with their samples, bytes and extensions, and the dataset total "
+    "(from the _info.json index when there is one, else by reading the shards). Given one shard URL, "
+    "or with --members, list the members of each shard with their offsets and sizes instead.",
+    "cat": "Write the named members of a shard to stdout, in the order they occur in the shard.",
+    "stat": "Summarize each shard (size, members, samples, extensions with counts and bytes, key "
+    "range, video codecs) and the dataset as a whole, reading every shard.",
+}
+
+URLSPEC_HELP = (
+    "shards: a URL, a brace spec such as 'data/train-{000000..000099}.tar', a local directory or "
+    "glob, or an s3:// or http(s):// prefix ending in / that holds an _info.json"
+)
 
 
-class _Sniffer:
-    """Passes reads through and remembers the stream's first bytes (to tell gzip from tar)."""
+def add_common(parser: argparse.ArgumentParser, *, jobs: bool = True) -> None:
+    """``--storage-option`` and ``--allow-pipe`` (and ``--jobs``), shared by commands that read URLs."""
+    parser.add_argument(
+        "--storage-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="option for the URL's source, e.g. endpoint_url=http://127.0.0.1:8333 (repeatable)",
+    )
+    parser.add_argument(
+        "--allow-pipe", action="store_true", help="allow pipe: URLs (they run shell commands)"
+    )
+    if jobs:
+        parser.add_argument("--jobs", "-j", type=int, default=8, help="shards read in parallel (default 8)")
 
-    def __init__(self, stream: IO[bytes]) -> None:
-        self.stream = stream
-        self.head = b""
-        self.nread = 0
 
-    def read(self, n: int = -1, /) -> bytes:
-        data = self.stream.read(n)
-        if self.nread == 0:
-            self.head = data[:2]
-        self.nread += len(data)
-        return data
-
-
-def _members(
-    url: str, args: argparse.Namespace, sniffer: list[_Sniffer] | None = None
-) -> Iterator[tuple[str, bytes, int]]:
+def _members(url: str, args: argparse.Namespace) -> Iterator[tuple[str, bytes, int]]:
     from ..sources import open_url
     from ..tar.reader import iter_members
     from ._options import parse_options
 
     stream = open_url(url, storage_options=parse_options(args.storage_option), allow_pipe=args.allow_pipe)
     with closing(stream):
-        wrapped = _Sniffer(stream)
-        if sniffer is not None:
-            sniffer.append(wrapped)
-        yield from iter_members(wrapped, url)
+        yield from iter_members(stream, url)
 
 
-def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--storage-option",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="option for the URL's source, e.g. endpoint_url=http://127.0.0.1:8333",
-    )
-    parser.add_argument(
-        "--allow-pipe", action="store_true", help="allow pipe: URLs (they run shell commands)"
-    )
+def _human(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1000 or unit == "TB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1000
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _exts(counts: dict[str, int]) -> str:
+    return " ".join(f"{ext}:{n}" for ext, n in sorted(counts.items())) or "-"
+
+
+# -- ls ---------------------------------------------------------------------------------------------
 
 
 def add_ls_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("url", metavar="URL", help="one shard (path, file://, s3://, http(s)://)")
-    parser.add_argument("--no-header", action="store_true", help="omit the column header")
-    _common(parser)
+    parser.add_argument("spec", metavar="URLSPEC", help=URLSPEC_HELP)
+    view = parser.add_mutually_exclusive_group()
+    view.add_argument("--members", "-m", action="store_true", help="list each shard's members")
+    view.add_argument("--shards", action="store_true", help="list shards even when URLSPEC is one shard")
+    parser.add_argument("--scan", action="store_true", help="read the shards even where an index has counts")
+    parser.add_argument("--no-header", action="store_true", help="omit the column header and the total")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of columns")
+    add_common(parser)
+
+
+def _is_one_shard(spec: str, urls: list[str]) -> bool:
+    return len(urls) == 1 and urls[0] == spec and "{" not in spec
 
 
 def run_ls(args: argparse.Namespace) -> int:
-    """List members: header offset, data offset, size, name (one per line)."""
+    from ._dataset import resolve
+    from ._options import parse_options
+
+    urls = resolve(args.spec, storage_options=parse_options(args.storage_option))
+    if args.members or (_is_one_shard(args.spec, urls) and not args.shards):
+        return _ls_members(urls, args)
+    return _ls_shards(urls, args)
+
+
+def _ls_members(urls: list[str], args: argparse.Namespace) -> int:
     out = sys.stdout
-    if not args.no_header:
-        out.write(f"{'OFFSET':>12} {'DATA':>12} {'SIZE':>12}  NAME\n")
-    for name, data, offset in _members(args.url, args):
-        out.write(f"{offset:>12} {offset + 512:>12} {len(data):>12}  {name}\n")
+    rows: list[dict[str, Any]] = []
+    for i, url in enumerate(urls):
+        if args.json:
+            rows.extend(
+                {"url": url, "name": n, "offset": o, "size": len(d)} for n, d, o in _members(url, args)
+            )
+            continue
+        if len(urls) > 1:
+            out.write(("\n" if i else "") + f"{url}:\n")
+        if not args.no_header:
+            out.write(f"{'OFFSET':>12} {'DATA':>12} {'SIZE':>12}  NAME\n")
+        for name, data, offset in _members(url, args):
+            out.write(f"{offset:>12} {offset + 512:>12} {len(data):>12}  {name}\n")
+    if args.json:
+        json.dump(rows, out, indent=1)
+        out.write("\n")
     return 0
 
 
+def _ls_shards(urls: list[str], args: argparse.Namespace) -> int:
+    from ..sources import stat_url
+    from ._dataset import read_indexes, split_url
+    from ._options import parse_options
+    from ._scan import scan_many
+
+    options = parse_options(args.storage_option)
+    indexes = {} if args.scan else read_indexes(urls, storage_options=options)
+    rows: dict[str, dict[str, Any]] = {}
+    for url in urls:
+        directory, name = split_url(url)
+        entry = (indexes.get(directory) or {}).get(name)
+        if entry is None:
+            continue
+        size = entry["bytes"]
+        if size < 0:
+            size = stat_url(url, storage_options=options).size or -1
+        exts = entry.get("extensions")
+        rows[url] = {
+            "url": url,
+            "samples": entry["samples"],
+            "bytes": size,
+            "extensions": exts,
+            "from": "index",
+        }
+    missing = [u for u in urls if u not in rows]
+    scans = scan_many(missing, storage_options=options, allow_pipe=args.allow_pipe, jobs=args.jobs, desc="ls")
+    problems = [p for s in scans for p in s.problems]
+    for s in scans:
+        rows[s.url] = {
+            "url": s.url,
+            "samples": s.samples,
+            "bytes": s.stored_bytes,
+            "extensions": dict(sorted(s.extensions.items())),
+            "from": "scan",
+        }
+    ordered = [rows[u] for u in urls]
+    total = _total(ordered)
+    if args.json:
+        result = {"shards": ordered, "total": total, "problems": [p.as_dict() for p in problems]}
+        json.dump(result, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        _print_shard_table(ordered, total, header=not args.no_header)
+    for problem in problems:
+        sys.stderr.write(f"problem: {problem}\n")
+    return 1 if problems else 0
+
+
+def _total(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    exts: collections.Counter[str] = collections.Counter()
+    known = all(r["extensions"] is not None for r in rows)
+    for r in rows:
+        exts.update(r["extensions"] or {})
+    return {
+        "shards": len(rows),
+        "samples": sum(r["samples"] for r in rows),
+        "bytes": sum(max(r["bytes"], 0) for r in rows),
+        "extensions": dict(sorted(exts.items())) if known else None,
+    }
+
+
+def _print_shard_table(rows: list[dict[str, Any]], total: dict[str, Any], *, header: bool) -> None:
+    out = sys.stdout
+    if header:
+        out.write(f"{'SAMPLES':>10} {'BYTES':>15}  {'EXTENSIONS':<30} SHARD\n")
+
+    def exts(value: dict[str, int] | None) -> str:
+        return _exts(value) if value is not None else "? (--scan)"
+
+    for r in rows:
+        out.write(f"{r['samples']:>10} {r['bytes']:>15,}  {exts(r['extensions']):<30} {r['url']}\n")
+    if header:
+        out.write(
+            f"{total['samples']:>10} {total['bytes']:>15,}  {exts(total['extensions']):<30} "
+            f"total: {total['shards']} shards, {_human(total['bytes'])}\n"
+        )
+
+
+# -- cat --------------------------------------------------------------------------------------------
+
+
 def add_cat_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("url", metavar="URL", help="one shard")
+    parser.add_argument("url", metavar="URL", help="one shard (path, file://, s3://, http(s)://)")
     parser.add_argument(
         "members", nargs="+", metavar="MEMBER", help="member names, as `shardstream ls` shows them"
     )
-    _common(parser)
+    add_common(parser, jobs=False)
 
 
 def run_cat(args: argparse.Namespace) -> int:
-    """Write the named members' bytes to stdout, in the order they occur in the shard."""
     wanted = set(args.members)
     out = sys.stdout.buffer
     for name, data, _offset in _members(args.url, args):
@@ -106,87 +238,105 @@ def run_cat(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- stat -------------------------------------------------------------------------------------------
+
+
 def add_stat_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("urls", nargs="+", metavar="URL", help="shards")
-    _common(parser)
+    parser.add_argument("specs", nargs="+", metavar="URLSPEC", help=URLSPEC_HELP)
+    parser.add_argument("--summary", "-s", action="store_true", help="print only the dataset total")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    add_common(parser)
 
 
-def _human(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
-            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
-        n /= 1000
-    return f"{n:,.1f} GB"  # pragma: no cover - loop always returns
-
-
-def shard_stats(url: str, args: argparse.Namespace) -> dict[str, Any]:
-    """Counts for one shard: members, samples, per-extension counts and bytes, key range, and a
-    summary of its video members (codecs, sizes, rates, durations, audio) read from their headers."""
+def _video_hook(scan: ShardScan, sample: dict[str, Any], where: dict[str, int]) -> None:
     from ..decoders.video import VIDEO_EXTENSIONS, VideoSummary
-    from ..sources import stat_url
-    from ..tar.grouping import group_samples
-    from ._options import parse_options
 
-    sniffers: list[_Sniffer] = []
-    per_ext: collections.Counter[str] = collections.Counter()
-    ext_bytes: collections.Counter[str] = collections.Counter()
-    members = 0
+    for ext, value in sample.items():
+        if ext.rpartition(".")[2].lower() in VIDEO_EXTENSIONS and isinstance(value, bytes):
+            summary = scan.extra.setdefault("video", VideoSummary())
+            summary.add(f"{sample['__key__']}.{ext}", value)
 
-    def counted() -> Iterator[tuple[str, bytes, int]]:
-        nonlocal members
-        for member in _members(url, args, sniffers):
-            members += 1
-            yield member
 
-    samples = 0
-    videos = VideoSummary()
-    first_key = last_key = None
-    for sample in group_samples(counted(), url):
-        samples += 1
-        key = sample["__key__"]
-        first_key = first_key or key
-        last_key = key
-        for ext, value in sample.items():
-            if not (ext.startswith("__") and ext.endswith("__")):
-                per_ext[ext] += 1
-                ext_bytes[ext] += len(value)
-                if ext.rpartition(".")[2].lower() in VIDEO_EXTENSIONS:
-                    videos.add(f"{key}.{ext}", value)
-    sniffer = sniffers[0] if sniffers else None
-    size = sniffer.nread if sniffer else 0
-    try:
-        known = stat_url(url, storage_options=parse_options(args.storage_option)).size
-        size = int(known) if known is not None else size
-    except Exception:  # pipe: and servers without HEAD: fall back to the bytes read
-        pass
+def _shard_dict(s: ShardScan) -> dict[str, Any]:
+    video = s.extra.get("video")
     return {
-        "url": url,
-        "stored_bytes": size,
-        "compressed": bool(sniffer and sniffer.head == b"\x1f\x8b"),
-        "members": members,
-        "samples": samples,
-        "extensions": {ext: (per_ext[ext], ext_bytes[ext]) for ext in sorted(per_ext)},
-        "first_key": first_key,
-        "last_key": last_key,
-        "video": videos.lines(),
+        "url": s.url,
+        "stored_bytes": s.stored_bytes,
+        "compressed": s.compressed,
+        "members": s.members,
+        "samples": s.samples,
+        "extensions": {e: [s.extensions[e], s.extension_bytes[e]] for e in sorted(s.extensions)},
+        "first_key": s.keys[0] if s.keys else None,
+        "last_key": s.keys[-1] if s.keys else None,
+        "video": video.lines() if video is not None else [],
     }
 
 
 def run_stat(args: argparse.Namespace) -> int:
-    """Print a summary block per shard."""
+    from ._dataset import resolve
+    from ._options import parse_options
+    from ._scan import scan_many
+
+    options = parse_options(args.storage_option)
+    urls = list(dict.fromkeys(u for spec in args.specs for u in resolve(spec, storage_options=options)))
+    scans = scan_many(
+        urls,
+        storage_options=options,
+        allow_pipe=args.allow_pipe,
+        jobs=args.jobs,
+        desc="stat",
+        hook=_video_hook,
+    )
+    shards = [_shard_dict(s) for s in scans]
+    counts: collections.Counter[str] = collections.Counter()
+    sizes: collections.Counter[str] = collections.Counter()
+    for s in scans:
+        counts.update(s.extensions)
+        sizes.update(s.extension_bytes)
+    total = {
+        "shards": len(scans),
+        "stored_bytes": sum(s.stored_bytes for s in scans),
+        "members": sum(s.members for s in scans),
+        "samples": sum(s.samples for s in scans),
+        "extensions": {e: [counts[e], sizes[e]] for e in sorted(counts)},
+    }
+    problems = [p for s in scans for p in s.problems]
     out = sys.stdout
-    for i, url in enumerate(args.urls):
-        s = shard_stats(url, args)
-        if i:
-            out.write("\n")
-        exts = ", ".join(f"{ext} x{n} ({_human(b)})" for ext, (n, b) in s["extensions"].items())
-        out.write(
-            f"url:        {s['url']}\n"
-            f"size:       {s['stored_bytes']:,} bytes ({'tar+gzip' if s['compressed'] else 'tar'})\n"
-            f"members:    {s['members']}\n"
-            f"samples:    {s['samples']}\n"
-            f"extensions: {exts or '-'}\n"
-            f"keys:       {s['first_key']} .. {s['last_key']}\n"
+    if args.json:
+        json.dump(
+            {"shards": shards, "total": total, "problems": [p.as_dict() for p in problems]}, out, indent=1
         )
-        out.writelines(line + "\n" for line in s["video"])
-    return 0
+        out.write("\n")
+    else:
+        blocks = [] if args.summary else [_shard_block(s) for s in shards]
+        if args.summary or len(shards) > 1:
+            blocks.append(_total_block(total))
+        out.write("\n".join(blocks))
+    for problem in problems:
+        sys.stderr.write(f"problem: {problem}\n")
+    return 1 if problems else 0
+
+
+def _ext_text(extensions: dict[str, list[int]]) -> str:
+    return ", ".join(f"{ext} x{n} ({_human(b)})" for ext, (n, b) in extensions.items()) or "-"
+
+
+def _shard_block(s: dict[str, Any]) -> str:
+    return (
+        f"url:        {s['url']}\n"
+        f"size:       {s['stored_bytes']:,} bytes ({'tar+gzip' if s['compressed'] else 'tar'})\n"
+        f"members:    {s['members']}\n"
+        f"samples:    {s['samples']}\n"
+        f"extensions: {_ext_text(s['extensions'])}\n"
+        f"keys:       {s['first_key']} .. {s['last_key']}\n"
+    ) + "".join(line + "\n" for line in s["video"])
+
+
+def _total_block(t: dict[str, Any]) -> str:
+    return (
+        f"dataset:    {t['shards']} shards\n"
+        f"size:       {t['stored_bytes']:,} bytes ({_human(t['stored_bytes'])})\n"
+        f"members:    {t['members']}\n"
+        f"samples:    {t['samples']}\n"
+        f"extensions: {_ext_text(t['extensions'])}\n"
+    )

@@ -70,9 +70,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Entry point of the ``write`` subcommand."""
+    """Pack the directory into shards (with a progress bar on a terminal)."""
     from ..tar.sharded_writer import ShardWriter
     from ._options import parse_options
+    from ._progress import Progress
 
     root: Path = args.directory
     if not root.is_dir():
@@ -87,10 +88,15 @@ def run(args: argparse.Namespace) -> int:
     if options:
         kw["storage_options"] = options
     count = 0
-    with ShardWriter(args.pattern, maxcount=args.maxcount, maxsize=args.maxsize, **kw) as sink:
+    samples = len({key for key, _ext, _path in entries})
+    with (
+        ShardWriter(args.pattern, maxcount=args.maxcount, maxsize=args.maxsize, **kw) as sink,
+        Progress(samples, "write", "sample") as bar,
+    ):
         for sample in _samples(entries):
             sink.write(sample)
             count += 1
+            bar.update(1, shard=sink.shard)
         shards = sink.shard  # the next shard number: equals the number written from 0
     sys.stdout.write(
         f"wrote {count} samples from {len(entries)} files into {shards} shards ({args.pattern})"

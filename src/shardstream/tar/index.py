@@ -5,6 +5,9 @@ Format (version 1)::
     {"format": "shardstream-index", "version": 1,
      "shards": [{"url": "train-000000.tar", "samples": 1000, "bytes": 52428800}, ...]}
 
+Entries written by ``shardstream index`` also hold ``offsets`` (where each sample starts) and
+``extensions`` (samples per extension); readers of version 1 ignore keys they do not know.
+
 ``url`` is the shard's basename, so a directory of shards and its index can be moved or copied
 (to S3, say) together. Splitting code uses the counts to compute ``len()`` and equal batch counts
 per rank without opening the shards.
@@ -37,12 +40,19 @@ INDEX_FORMAT = "shardstream-index"
 _VERSION = 1
 
 
-class IndexEntry(TypedDict):
-    """One shard in the index."""
-
+class _RequiredEntry(TypedDict):
     url: str
     samples: int
     bytes: int
+
+
+class IndexEntry(_RequiredEntry, total=False):
+    """One shard in the index: ``url``, ``samples``, ``bytes`` (``-1``: unknown); optionally
+    ``offsets`` (the byte offset where each sample starts, as resume and ``sample_at`` use them)
+    and ``extensions`` (samples per extension), written by ``shardstream index``."""
+
+    offsets: list[int]
+    extensions: dict[str, int]
 
 
 def index_url(url_or_dir: str) -> str:
@@ -84,11 +94,17 @@ def read_index_entries(
     entries: list[IndexEntry] = []
     for item in data.get("shards", []):
         try:
-            entries.append(
-                IndexEntry(url=str(item["url"]), samples=int(item["samples"]), bytes=int(item["bytes"]))
-            )
+            entry = IndexEntry(url=str(item["url"]), samples=int(item["samples"]), bytes=int(item["bytes"]))
+            if "offsets" in item:
+                entry["offsets"] = [int(o) for o in item["offsets"]]
+            if "extensions" in item:
+                entry["extensions"] = {str(k): int(v) for k, v in dict(item["extensions"]).items()}
+            entries.append(entry)
         except (KeyError, TypeError, ValueError) as exc:
-            raise ConfigurationError(f"index {url} has a malformed shard entry {item!r}") from exc
+            raise ConfigurationError(
+                f"index {url} has a malformed shard entry {str(item)[:200]} ({exc}); rewrite it with "
+                "`shardstream index`"
+            ) from exc
     return entries
 
 

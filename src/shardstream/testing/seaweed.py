@@ -23,6 +23,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -100,6 +101,8 @@ class SeaweedS3:
         self.port = 0
         self.endpoint_url = ""
         self._log_file: IO[bytes] | None = None
+        self._tmp_dir: Path | None = None
+        self._fixed_sockets: list[Path] = []
         self._admin_client: Any = None
 
     # -- life cycle -------------------------------------------------------------------------------
@@ -172,6 +175,13 @@ class SeaweedS3:
             "-master.volumeSizeLimitMB=256",
         ]
         self._log_file = open(self.data_dir / "weed.log", "wb")  # noqa: SIM115 - closed in stop()
+        self._tmp_dir = tmp = self._make_tmp_dir()
+        args += [f"-s3.localSocket={tmp / 's3.sock'}", f"-filer.localSocket={tmp / 'filer.sock'}"]
+        # weed hard-codes these gRPC socket paths in /tmp (no flag); stop() removes them by name.
+        self._fixed_sockets = [
+            Path(f"/tmp/seaweedfs-{name}-grpc-{port}.sock")
+            for name, port in (("master", mg), ("volume", vg), ("filer", fg), ("s3", s3g))
+        ]
         self.proc = subprocess.Popen(
             args,
             stdin=subprocess.DEVNULL,
@@ -179,6 +189,9 @@ class SeaweedS3:
             stderr=subprocess.STDOUT,
             start_new_session=True,
             cwd=self.data_dir,
+            # weed puts its glog files (and their symlinks) in the temp dir: keep them in ours,
+            # which stop() removes, instead of leaving them in the system's /tmp.
+            env={**os.environ, "TMPDIR": str(self._tmp_dir)},
         )
         log.info("started SeaweedFS pid=%d s3=%s data=%s", self.proc.pid, self.endpoint_url, self.data_dir)
         try:
@@ -189,6 +202,17 @@ class SeaweedS3:
             self.stop()
             raise
         return self
+
+    def _make_tmp_dir(self) -> Path:
+        """``data_dir/tmp``, or a fresh directory in the system temp dir when that path is too long
+        for the unix socket names weed creates in it (108 bytes on Linux, up to ~35 for the name)."""
+        tmp = self.data_dir / "tmp"
+        if len(str(tmp)) <= 72:
+            tmp.mkdir(exist_ok=True)
+            return tmp
+        import tempfile
+
+        return Path(tempfile.mkdtemp(prefix="shardstream-weed-"))
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.startup_timeout
@@ -231,6 +255,14 @@ class SeaweedS3:
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None
+        tmp, self._tmp_dir = self._tmp_dir, None
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        sockets, self._fixed_sockets = self._fixed_sockets, []
+        for path in sockets:  # ours: their names hold the ports this server had
+            with contextlib.suppress(OSError):
+                if stat.S_ISSOCK(path.lstat().st_mode):
+                    path.unlink()
 
     @property
     def pid(self) -> int | None:

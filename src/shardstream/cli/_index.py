@@ -1,0 +1,79 @@
+"""``shardstream index URLSPEC``: write the ``_info.json`` index of an existing dataset.
+
+Every shard is read once (in parallel, with a progress bar) for its sample count, byte size,
+samples per extension and the byte offset where each sample starts. One index is written per
+directory (or object prefix) of shards, locally or to S3, in the format ``ShardWriter`` writes
+(:mod:`shardstream.tar.index`), so ``split="equal"``, ``len()`` and ``ls`` need no counting pass.
+A shard that cannot be read completely is reported and nothing is written (exit status 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+
+__all__ = ["DESCRIPTION", "add_arguments", "run"]
+
+DESCRIPTION = (
+    "Read every shard and write the _info.json index beside them (per shard: samples, bytes, "
+    "samples per extension and per-sample byte offsets), one per directory or S3 prefix. Writes "
+    "nothing, and exits with status 1, if a shard is broken."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from ._inspect import URLSPEC_HELP, add_common
+
+    parser.add_argument("specs", nargs="+", metavar="URLSPEC", help=URLSPEC_HELP)
+    parser.add_argument(
+        "--merge",
+        action="store_true",
+        help="keep entries of an existing index for shards not named here (default: replace the index)",
+    )
+    parser.add_argument("--no-offsets", action="store_true", help="omit per-sample offsets (a smaller index)")
+    parser.add_argument("--json", action="store_true", help="print what was written as JSON")
+    add_common(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..tar.index import IndexEntry, write_index
+    from ._dataset import resolve, split_url
+    from ._options import parse_options
+    from ._scan import scan_many
+
+    options = parse_options(args.storage_option)
+    urls = list(dict.fromkeys(u for spec in args.specs for u in resolve(spec, storage_options=options)))
+    scans = scan_many(urls, storage_options=options, allow_pipe=args.allow_pipe, jobs=args.jobs, desc="index")
+    problems = [p for s in scans for p in s.problems]
+    if problems:
+        for problem in problems:
+            sys.stderr.write(f"problem: {problem}\n")
+        sys.stderr.write(
+            f"shardstream index: {len(problems)} problem(s) in {len(urls)} shards; no index written. "
+            "Re-create or remove the broken shards (`shardstream verify` lists everything), then index "
+            "again.\n"
+        )
+        return 1
+    by_directory: dict[str, list[IndexEntry]] = defaultdict(list)
+    for scan in scans:
+        directory, name = split_url(scan.url)
+        entry = IndexEntry(url=name, samples=scan.samples, bytes=scan.stored_bytes)
+        entry["extensions"] = dict(sorted(scan.extensions.items()))
+        if not args.no_offsets:
+            entry["offsets"] = scan.offsets
+        by_directory[directory].append(entry)
+    written = []
+    for directory, entries in by_directory.items():
+        where = write_index(directory, entries, merge=args.merge, storage_options=options or None)
+        written.append(
+            {"index": where, "shards": len(entries), "samples": sum(e["samples"] for e in entries)}
+        )
+    if args.json:
+        json.dump(written, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        for w in written:
+            sys.stdout.write(f"wrote {w['index']}: {w['shards']} shards, {w['samples']} samples\n")
+    return 0

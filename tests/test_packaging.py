@@ -1,0 +1,69 @@
+"""``python -m build`` makes a wheel and an sdist that install and work in a fresh venv.
+
+Offline: the build runs without isolation (the setuptools of this environment, which must be new
+enough for the SPDX licence fields), and the fresh venv installs the wheel with ``--no-index
+--no-deps``; its core dependencies (numpy, braceexpand) are linked in from this environment the
+way ``tests/test_no_torch.py`` does it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+from test_no_torch import _base_python, _link_core_dependencies
+
+import shardstream
+
+ROOT = Path(__file__).resolve().parents[1]
+
+pytestmark = pytest.mark.slow
+
+
+def _ok(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(args, capture_output=True, text=True, timeout=300, cwd=cwd, check=False)
+    assert result.returncode == 0, f"{args}:\n{result.stdout}\n{result.stderr}"
+    return result
+
+
+def test_build_install_and_smoke_test_in_a_fresh_venv(tmp_path: Path) -> None:
+    pytest.importorskip("build")
+    dist = tmp_path / "dist"
+    built = _ok(sys.executable, "-m", "build", "--no-isolation", "--outdir", str(dist), str(ROOT))
+    assert "SetuptoolsDeprecationWarning" not in built.stdout + built.stderr  # the licence table is gone
+    version = shardstream.__version__
+    wheel = dist / f"shardstream-{version}-py3-none-any.whl"
+    sdist = dist / f"shardstream-{version}.tar.gz"
+    assert wheel.exists() and sdist.exists(), sorted(p.name for p in dist.iterdir())
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+        metadata = zf.read(f"shardstream-{version}.dist-info/METADATA").decode()
+    assert "shardstream/py.typed" in names and "shardstream/cli/_verify.py" in names
+    assert f"shardstream-{version}.dist-info/licenses/LICENSE" in names
+    assert "License-Expression: Apache-2.0" in metadata and f"Version: {version}" in metadata
+    assert "Provides-Extra: cli" in metadata and "tqdm" in metadata
+    with tarfile.open(sdist) as tf:
+        assert f"shardstream-{version}/LICENSE" in tf.getnames()
+
+    venv = tmp_path / "venv"
+    _ok(_base_python(), "-m", "venv", str(venv))
+    python, script = str(venv / "bin" / "python"), str(venv / "bin" / "shardstream")
+    _ok(python, "-m", "pip", "install", "--no-index", "--no-deps", "--disable-pip-version-check", str(wheel))
+    _link_core_dependencies(tmp_path / "deps")
+    purelib = _ok(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").stdout.strip()
+    Path(purelib, "core-deps.pth").write_text(f"{tmp_path / 'deps'}\n")
+
+    assert _ok(script, "--version").stdout.strip() == f"shardstream {version}"
+    code = (
+        "import shardstream as ss, sys\n"
+        "assert ss.__file__.startswith(sys.prefix), ss.__file__\n"
+        "with ss.ShardWriter('out/t-%06d.tar', maxcount=5) as w:\n"
+        "    [w.write({'__key__': f'k{i}', 'cls': i}) for i in range(12)]\n"
+        "print(sum(s['cls'] for s in ss.Dataset('out/t-{000000..000002}.tar').decode()))\n"
+    )
+    assert _ok(python, "-c", code, cwd=tmp_path).stdout.strip() == str(sum(range(12)))
+    assert _ok(script, "verify", str(tmp_path / "out"), cwd=tmp_path).stdout.endswith("0 problems\n")
