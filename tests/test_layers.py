@@ -37,7 +37,13 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "formats": ("shardstream.tar", "shardstream.objects"),
     "stages": ("shardstream.pipeline",),
     "loader": ("shardstream.loader",),
-    "facades": ("shardstream.compat", "shardstream.cli", "shardstream.testing", "shardstream"),
+    "facades": (
+        "shardstream.compat",
+        "shardstream.cli",
+        "shardstream.ray",
+        "shardstream.testing",
+        "shardstream",
+    ),
 }
 
 #: layer -> the other layers it may import (a layer may always import itself).

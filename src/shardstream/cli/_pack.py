@@ -104,7 +104,14 @@ def run(args: argparse.Namespace) -> int:
             raise ImportError(
                 f"--engine ray needs shardstream's Ray engine: pip install 'shardstream[ray]' ({exc})"
             ) from exc
-        ray_engine.pack(args.src, args.dst, shard_size=shard_size, storage_options=options)
+        info = ray_engine.pack(
+            args.src, args.dst, shard_size=shard_size, storage_options=options, prefix=args.prefix
+        )
+        summary = info.as_dict()
+        sys.stdout.write(
+            f"packed {summary['samples']} samples into {len(summary['shards'])} shards in "
+            f"{args.dst} with Ray\n"
+        )
         return 0
     written, kept, samples = pack(
         args.src,
