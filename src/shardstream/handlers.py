@@ -4,7 +4,9 @@ A base-layer module: sources, formats and stages all take a policy.
 
 A handler is called with the exception and returns True to skip the item and go on, False to
 stop the stream quietly, or re-raises. WebDataset's names are kept. The warning handlers use
-:mod:`logging` (and :mod:`warnings`, once per message text) and never sleep.
+:mod:`logging` (and :mod:`warnings`, once per message text) and never sleep. Their warning
+category is ``UserWarning``, as WebDataset's (``warnings.warn(repr(exn))``), so warning filters
+written for WebDataset code apply unchanged.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ def ignore_and_continue(exn: BaseException) -> bool:
 def _warn(exn: BaseException, action: str) -> None:
     text = f"{type(exn).__name__}: {exn} ({action})"
     log.warning("%s", text)
-    warnings.warn(text, RuntimeWarning, stacklevel=3)
+    warnings.warn(text, UserWarning, stacklevel=3)
 
 
 def warn_and_continue(exn: BaseException) -> bool:

@@ -78,7 +78,7 @@ def test_with_epoch_truncation_and_user_exception_release_connections(
 def test_missing_shard_is_skipped_and_counted(s3_server, s3_bucket, s3_shards) -> None:
     urls = [s3_shards[0], f"s3://{s3_bucket}/does-not-exist.tar", s3_shards[2]]
     ds = wds.WebDataset(urls, handler=wds.warn_and_continue, storage_options=s3_server.storage_options)
-    with pytest.warns(RuntimeWarning, match="does-not-exist.tar"):
+    with pytest.warns(UserWarning, match="does-not-exist.tar"):
         keys = [s["__key__"] for s in ds]
     assert len(keys) == 600 and keys[0] == "s0_00000" and keys[-1] == "s2_00299"
     assert ds.skipped == 1

@@ -182,7 +182,7 @@ def test_corrupt_audio_under_each_handler(tmp_path: Path, tones: dict[str, bytes
     with pytest.raises(DecodingError) as info:
         list(ss.WebDataset(url, shardshuffle=False).decode(decoder))
     assert info.value.key == "bad" and "'bad'" in str(info.value) and url in str(info.value)
-    with pytest.warns(RuntimeWarning):
+    with pytest.warns(UserWarning):
         kept = list(ss.WebDataset(url, shardshuffle=False).decode(decoder, handler=ss.warn_and_continue))
     assert [s["__key__"] for s in kept] == ["good"]
     with pytest.raises(DecodingError, match="no audio stream"):

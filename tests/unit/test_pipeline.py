@@ -153,7 +153,7 @@ def test_skip_handlers_continue_with_next_shard_and_count(make_shards, tmp_path:
     spec, keys = corrupt_spec(make_shards, tmp_path)
     ds = wds.WebDataset(spec, handler=handler)
     if handler is wds.warn_and_continue:
-        with pytest.warns(RuntimeWarning, match="data-000001-0.tar"):
+        with pytest.warns(UserWarning, match="data-000001-0.tar"):
             got = keys_of(ds)
     else:
         got = keys_of(ds)
@@ -167,7 +167,7 @@ def test_stop_handlers_end_the_stream(make_shards, tmp_path: Path, handler) -> N
     spec, keys = corrupt_spec(make_shards, tmp_path)
     ds = wds.WebDataset(spec, handler=handler)
     if handler is wds.warn_and_stop:
-        with pytest.warns(RuntimeWarning):
+        with pytest.warns(UserWarning):
             got = keys_of(ds)
     else:
         got = keys_of(ds)

@@ -104,7 +104,7 @@ def test_every_block_boundary_under_every_handler(
         for handler in HANDLERS:
             cases += 1
             if handler is warn_and_continue and cut < marker + 512:
-                with pytest.warns(RuntimeWarning) as warned:
+                with pytest.warns(UserWarning) as warned:
                     got, error, ds = _read([url, str(intact)], handler)
             else:
                 got, error, ds = _read([url, str(intact)], handler)

@@ -308,7 +308,7 @@ def test_corrupt_videos_raise_decoding_error_naming_key_url_and_codec(
     if names_codec:  # the container opened: the error names the stream's codec
         codec = "h264" if h264_encoder() == "libx264" else "mpeg4"
         assert codec in message, message
-    with pytest.warns(RuntimeWarning, match="bad"):
+    with pytest.warns(UserWarning, match="bad"):
         kept = list(ss.WebDataset(url, shardshuffle=False).decode(clips, handler=ss.warn_and_continue))
     assert [s["__key__"] for s in kept] == ["good0", "good1"]
 

@@ -10,6 +10,7 @@ from ..pipeline.mapping import map, map_dict, map_tuple, select, transform_with
 from ..pipeline.sampling import rsample
 from ..pipeline.shuffle import detshuffle, shuffle
 from ..pipeline.window import slice
+from ._log_keys import log_keys
 from ._xdecode import decode_bin, decode_pickle, decode_text, default_decoders, xdecode
 from .utils import identity
 
@@ -30,6 +31,7 @@ __all__ = [
     "identity",
     "info",
     "listed",
+    "log_keys",
     "map",
     "map_dict",
     "map_tuple",
