@@ -6,11 +6,11 @@ from ..pipeline.batch import batched, default_collation_fn, listed, unbatched, u
 from ..pipeline.decode import decode
 from ..pipeline.extra import Cached, associate, info
 from ..pipeline.fields import extract_keys, getfirst, rename, rename_keys, to_tuple
+from ..pipeline.log_keys import log_keys
 from ..pipeline.mapping import map, map_dict, map_tuple, select, transform_with
 from ..pipeline.sampling import rsample
 from ..pipeline.shuffle import detshuffle, shuffle
 from ..pipeline.window import slice
-from ._log_keys import log_keys
 from ._xdecode import decode_bin, decode_pickle, decode_text, default_decoders, xdecode
 from .utils import identity
 

@@ -22,7 +22,6 @@ from ..pipeline.shardlists import (
 from ..pipeline.shuffle import detshuffle as DetShuffle  # noqa: N812
 from ..shards.world import World
 from ..tar.samples import TarFormat
-from ._log_keys import log_keys
 from ._xdecode import xdecode
 
 __all__ = ["WebDataset", "check_empty"]
@@ -169,12 +168,6 @@ class WebDataset(Dataset):
     def xdecode(self, *args: Any, **kw: Any) -> WebDataset:
         """Decode fields by glob pattern, decoders reading streams (``compat.filters.xdecode``)."""
         result: WebDataset = self.compose(xdecode(*args, **kw))
-        return result
-
-    def log_keys(self, logfile: str | None = None) -> WebDataset:
-        """Append ``index, __worker__, __rank__, __key__`` of every sample to ``logfile`` (a
-        tab-separated line each, WebDataset's format); ``None`` logs nothing."""
-        result: WebDataset = self.compose(log_keys(logfile))
         return result
 
     def mcached(self) -> WebDataset:

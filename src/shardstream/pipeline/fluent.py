@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from ..handlers import Handler, reraise_exception
-from . import batch, fields, sampling, window
+from . import batch, fields, log_keys, sampling, window
 from . import mapping as map_stages
 from .decode import Decode
 from .pipeline import DataPipeline
@@ -110,6 +110,11 @@ class FluidInterface:
 
     def extract_keys(self: Self, *args: str, **kw: Any) -> Self:
         return self.compose(fields.extract_keys(*args, **kw))
+
+    def log_keys(self: Self, logfile: str | None = None) -> Self:
+        """Append ``index, __worker__, __rank__, __key__`` of every sample to ``logfile`` (a
+        tab-separated line each, WebDataset's format); ``None`` logs nothing."""
+        return self.compose(log_keys.log_keys(logfile))
 
 
 class FluidWrapper(DataPipeline, FluidInterface):

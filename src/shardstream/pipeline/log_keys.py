@@ -16,7 +16,7 @@ import os
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from ..pipeline.base import pipelinefilter
+from .base import pipelinefilter
 
 __all__ = ["log_keys"]
 
