@@ -46,6 +46,8 @@ VARIABLES: Final[dict[str, tuple[str | None, str]]] = {
     "SHARDSTREAM_RETRY_DEADLINE": (None, "seconds a shard may spend retrying in total (default 300)"),
     "SHARDSTREAM_LOG_LEVEL": (None, "level for the shardstream logger, e.g. DEBUG"),
     "SHARDSTREAM_ALLOW_PIPE": (None, "1: allow pipe: URLs everywhere in this process (trusted legacy code)"),
+    "SHARDSTREAM_TELEMETRY": (None, "1: per-stage telemetry in every dataset and WebLoader (default 0)"),
+    "SHARDSTREAM_TELEMETRY_INTERVAL": (None, "seconds between telemetry log lines; 0: none (default 60)"),
 }
 
 
@@ -123,6 +125,8 @@ class Settings:
     retries: int = 8
     retry_deadline: float = 300.0
     allow_pipe: bool = False
+    telemetry: bool = False
+    telemetry_interval: float = 60.0
 
 
 def _number(name: str, value: str | None, kind: type[int] | type[float], default: float) -> float:
@@ -170,6 +174,10 @@ def read_settings(environ: Mapping[str, str] | None = None) -> Settings:
             "SHARDSTREAM_RETRY_DEADLINE", env_value("SHARDSTREAM_RETRY_DEADLINE", env), float, 300.0
         ),
         allow_pipe=_flag("SHARDSTREAM_ALLOW_PIPE", env_value("SHARDSTREAM_ALLOW_PIPE", env)),
+        telemetry=_flag("SHARDSTREAM_TELEMETRY", env_value("SHARDSTREAM_TELEMETRY", env)),
+        telemetry_interval=_number(
+            "SHARDSTREAM_TELEMETRY_INTERVAL", env_value("SHARDSTREAM_TELEMETRY_INTERVAL", env), float, 60.0
+        ),
     )
 
 

@@ -6,6 +6,11 @@ optional ``.decode(SPEC)`` and ``.to_tuple(...)``, ``.batched(B)`` inside the wo
 bytes. Reported: samples/s, MB/s (of shard bytes when the whole dataset was read, and of payload
 delivered to the loop), the latency to the first batch (worker start-up and shard opening
 included), and CPU of the process and its workers.
+
+``--profile`` turns the loader's telemetry on: the time of every stage in every worker, how long
+the loop waited, and the one-line answer to "is the loader the bottleneck, and which stage", as
+a table, plus a PNG of the run (time per stage, samples/s per worker) when matplotlib is
+installed (``shardstream[plot]``).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from typing import Any
 
 from ._cpu import CPUMonitor, CPUReport, have_psutil
 from ._options import parse_options
+from ._profile import Timeline, have_matplotlib, write_png
 
 __all__ = ["BenchConfig", "BenchResult", "add_arguments", "format_result", "run", "run_bench"]
 
@@ -38,6 +44,7 @@ class BenchConfig:
     max_samples: int | None = None
     storage_options: Mapping[str, Any] = field(default_factory=dict)
     allow_pipe: bool = False
+    profile: bool = False
 
 
 @dataclass(frozen=True)
@@ -52,6 +59,8 @@ class BenchResult:
     shard_bytes: int | None
     shards: int
     cpu: CPUReport
+    #: With ``--profile``: ``{"report": loader.stats(), "timeline": [snapshots]}``.
+    profile: dict[str, Any] | None = None
 
     @property
     def samples_per_s(self) -> float:
@@ -146,16 +155,23 @@ def run_bench(config: BenchConfig) -> BenchResult:
     samples = batches = payload = 0
     first_batch = 0.0
     complete = True
+    timeline: Timeline | None = None
     monitor = CPUMonitor().start()
     t0 = time.perf_counter()
     try:
-        with WebLoader(ds, batch_size=None, num_workers=config.workers) as loader:
+        telemetry = True if config.profile else None  # None: SHARDSTREAM_TELEMETRY decides
+        with WebLoader(ds, batch_size=None, num_workers=config.workers, telemetry=telemetry) as loader:
+            if config.profile:
+                timeline = Timeline(loader.stats)
+                timeline.take()
             for batch in loader:
                 if batches == 0:
                     first_batch = time.perf_counter() - t0
                 batches += 1
                 samples += _batch_len(batch, batched)
                 payload += _nbytes(batch)
+                if timeline is not None:
+                    timeline.maybe()
                 if config.max_samples is not None and samples >= config.max_samples:
                     complete = False
                     break
@@ -164,7 +180,10 @@ def run_bench(config: BenchConfig) -> BenchResult:
     finally:
         cpu = monitor.stop()  # also on errors: the polling thread must not outlive the run
     shard_bytes = _shard_bytes(urls, config.storage_options) if complete else None
-    return BenchResult(samples, batches, wall, first_batch, payload, shard_bytes, len(urls), cpu)
+    profile = None
+    if timeline is not None:
+        profile = {"report": timeline.take(), "timeline": timeline.points}
+    return BenchResult(samples, batches, wall, first_batch, payload, shard_bytes, len(urls), cpu, profile)
 
 
 def format_result(config: BenchConfig, result: BenchResult, *, cpu_count: int | None = None) -> str:
@@ -226,6 +245,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--allow-pipe", action="store_true", help="allow pipe: URLs (they run shell commands)"
     )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="loader telemetry: time per stage and worker, a table, the bottleneck verdict, and a PNG",
+    )
+    parser.add_argument(
+        "--profile-png",
+        metavar="PATH",
+        default="shardstream-profile.png",
+        help="where --profile writes its picture (needs matplotlib: pip install 'shardstream[plot]'; "
+        "default shardstream-profile.png)",
+    )
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
 
 
@@ -247,10 +278,30 @@ def run(args: argparse.Namespace) -> int:
         max_samples=args.max_samples,
         storage_options=parse_options(args.storage_option),
         allow_pipe=args.allow_pipe,
+        profile=args.profile,
     )
     result = run_bench(config)
     if args.json:
         sys.stdout.write(json.dumps(result.as_dict(), default=str) + "\n")
     else:
         sys.stdout.write(format_result(config, result))
+    if result.profile is not None:
+        _profile_outputs(result.profile, args.profile_png, table=not args.json)
     return 0
+
+
+def _profile_outputs(profile: dict[str, Any], png: str, *, table: bool) -> None:
+    """Print the telemetry table (text mode) and write the PNG, or say how to get one."""
+    import sys
+
+    from ..pipeline._telemetry_report import format_table
+
+    if table:
+        sys.stdout.write("\n" + format_table(profile["report"]))
+    # In --json mode stdout holds the one JSON object: notes go to stderr.
+    notes = sys.stdout if table else sys.stderr
+    if have_matplotlib():
+        write_png(profile["timeline"], profile["report"], png)
+        notes.write(f"profile plot: {png}\n")
+    else:
+        notes.write("profile plot: not drawn, matplotlib is missing; pip install 'shardstream[plot]'\n")

@@ -24,6 +24,7 @@ from ._state import (
     restore_plan,
     trainer_prefetch_lag,
 )
+from ._telemetry import attach_telemetry, loader_stats
 
 require_torch("shardstream.WebLoader (a torch DataLoader)")
 
@@ -62,17 +63,21 @@ class WebLoader(DataLoader, FluidInterface):  # type: ignore[type-arg]
       (the same remaining samples, a new order) with another ``num_workers`` or world size with
       the same global batch (see ``loader/_state.py``);
     * worker processes get a tuned allocator (fewer page faults when decoding images); the
-      main process is left alone.
+      main process is left alone;
+    * ``telemetry=True`` (or ``SHARDSTREAM_TELEMETRY=1``): time per stage and worker, and how
+      long the loop waits for data, in :meth:`stats` and a periodic log line.
     """
 
     def __init__(self, dataset: Any, *args: Any, **kw: Any) -> None:
         kw["worker_init_fn"] = _WorkerInit(kw.get("worker_init_fn"))
+        telemetry = kw.pop("telemetry", None)
         super().__init__(dataset, *args, **kw)
         self._stateful = callable(getattr(dataset, "state_dict", None)) and hasattr(
             dataset, "restore_workers"
         )
         if self._stateful:
             self.collate_fn = StampingCollate(self.collate_fn, dataset)
+        self._telemetry = attach_telemetry(self, telemetry)  # wraps collate_fn when on
         self._pending: dict[str, Any] | None = None  # a loaded state, applied at the next iter()
         self._live: _Live | None = None
         self._iterators: weakref.WeakSet[Any] = weakref.WeakSet()
@@ -119,10 +124,17 @@ class WebLoader(DataLoader, FluidInterface):  # type: ignore[type-arg]
         if getattr(dataset, "_worker_restore", None) is not None:
             dataset._worker_restore = None
         self._iterators.add(it)
+        batches: Any = it if self._telemetry is None else self._telemetry.watch(it)
         if not self._stateful:
-            return it
+            return batches
         live = self._live = _Live(epoch, roles, seen)
-        return _tracked(it, live)
+        return _tracked(batches, live)
+
+    def stats(self) -> dict[str, Any]:
+        """Telemetry of this loader (plain JSON data): every worker's time per stage (added up,
+        and per worker), how long the loop waited for data, samples and bytes per second, cache
+        hits, retries, and ``verdict``: loader- or training-bound, and the slowest stage."""
+        return loader_stats(self._telemetry)
 
     # -- state ----------------------------------------------------------------------------------
     def _expected(self) -> tuple[dict[str, Any], World]:

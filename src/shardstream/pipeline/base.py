@@ -36,11 +36,14 @@ import inspect
 import random
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ..errors import StateError
 from ..handlers import Handler
 from ..shards.world import World, derive_seed
+
+if TYPE_CHECKING:
+    from ._telemetry import Recorder
 
 __all__ = [
     "DrawNode",
@@ -73,6 +76,8 @@ class RunContext:
     epoch: int = 0
     world: World = field(default_factory=World)
     seed: int | None = None
+    #: The pipeline's telemetry recorder when telemetry is on (``pipeline/_telemetry.py``).
+    telemetry: Recorder | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def detect(cls, epoch: int = 0, seed: int | None = None, world: World | None = None) -> RunContext:

@@ -87,6 +87,10 @@ class Dataset(DataPipeline, FluidInterface):
             empty_check: raise a clear error when an epoch yields no sample (default True).
             log_shards: log every shard as it is opened (INFO, ``shardstream.pipeline.read``).
 
+        Telemetry:
+            telemetry: measure time per stage, throughput and whether the consumer waits for
+                data (see :meth:`stats`); default ``SHARDSTREAM_TELEMETRY`` (off).
+
         Sources:
             cache: a :class:`CachePolicy`; default from ``SHARDSTREAM_CACHE_DIR``/``_SIZE``,
                 ``None`` for no cache.
@@ -112,8 +116,9 @@ class Dataset(DataPipeline, FluidInterface):
         allow_pipe: bool = False,
         source: Source | None = None,
         log_shards: bool = False,
+        telemetry: bool | None = None,
     ) -> None:
-        super().__init__(seed=seed, world=world)
+        super().__init__(seed=seed, world=world, telemetry=telemetry)
         self.urls = expand_urls(urls)
         allow_pipe = allow_pipe or read_settings().allow_pipe  # SHARDSTREAM_ALLOW_PIPE=1
         if source is None and not allow_pipe:

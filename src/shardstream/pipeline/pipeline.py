@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import itertools
 import logging
@@ -15,8 +16,10 @@ from ..errors import StateError
 from ..shards.world import World
 from ._build import ChainNode, Pass, build_one
 from ._epochs import EpochOwner
+from ._telemetry import enable, fresh, pipeline_stats, resolve
+from ._telemetry_stages import skip_counters
 from ._torch import IterableDatasetBase, in_worker
-from .base import Node, RunContext, StageStats, StateDict
+from .base import Node, RunContext, StateDict
 
 __all__ = ["DataPipeline"]
 
@@ -46,10 +49,17 @@ class DataPipeline(EpochOwner, IterableDatasetBase):  # type: ignore[type-arg]
     :meth:`load_state_dict` makes the next ``iter()`` continue from there. A pipeline holding a
     stage that cannot save its state (a plain function) saves the number of items it yielded
     instead, and restoring replays the epoch up to that point (exact, but not instant).
+
+    Telemetry (``telemetry=True``, :meth:`with_telemetry` or ``SHARDSTREAM_TELEMETRY=1``; off
+    by default): time per stage, samples and bytes per second, and whether the consumer waits
+    for data, in :meth:`stats`.
     """
 
-    def __init__(self, *args: Any, seed: int | None = None, world: World | None = None) -> None:
+    def __init__(
+        self, *args: Any, seed: int | None = None, world: World | None = None, telemetry: bool | None = None
+    ) -> None:
         super().__init__()
+        self._telemetry: Any = telemetry  # None: from the environment when first iterated
         self.pipeline: list[Any] = []
         self.seed = seed
         self.world = world
@@ -90,6 +100,7 @@ class DataPipeline(EpochOwner, IterableDatasetBase):  # type: ignore[type-arg]
         result._continuing = None
         result._live = None
         result._restore = None
+        result._telemetry = fresh(self._telemetry)
         for arg in args:
             if arg is not None:
                 result.append(arg)
@@ -117,6 +128,8 @@ class DataPipeline(EpochOwner, IterableDatasetBase):  # type: ignore[type-arg]
             state = states[i] if states is not None else None
             try:
                 node = build_one(f, node, ctx, state)
+                if ctx.telemetry is not None:
+                    ctx.telemetry.instrument(node, f)
             except BaseException:
                 for built in reversed(nodes):
                     built.close()
@@ -130,7 +143,13 @@ class DataPipeline(EpochOwner, IterableDatasetBase):  # type: ignore[type-arg]
     def _pass(self, epoch: int, states: list[StateDict] | None, replay: int = 0) -> Iterator[Any]:
         """One pass over the source with ``epoch``'s context; closes every node when it ends."""
         live = self._live = Pass(epoch)
-        nodes = live.nodes = self._build_nodes(None, self.context(epoch), states)
+        ctx = self.context(epoch)
+        recorder = self._telemetry = resolve(self._telemetry)
+        if recorder:
+            ctx = dataclasses.replace(ctx, telemetry=recorder.begin_pass())
+        nodes = live.nodes = self._build_nodes(None, ctx, states)
+        if recorder:
+            recorder.consumer(nodes[-1])
         live.stateful = all(n.stateful for n in nodes)
         last = nodes[-1]
         try:
@@ -307,22 +326,31 @@ class DataPipeline(EpochOwner, IterableDatasetBase):  # type: ignore[type-arg]
         return self
 
     # -- observability and shutdown -----------------------------------------------------------
-    def stats(self) -> dict[str, StageStats]:
-        """Skip counters of every stage that skipped something, keyed by stage position and name."""
-        result: dict[str, StageStats] = {}
-        for i, step in enumerate(self.pipeline):
-            stats = step.__dict__.get("_stats") if hasattr(step, "__dict__") else None
-            if stats is not None:
-                result[f"{i}:{type(step).__name__}"] = stats
-            elif isinstance(step, DataPipeline):
-                for name, nested in step.stats().items():
-                    result[f"{i}.{name}"] = nested
-        return result
+    def with_telemetry(self, enabled: bool = True, *, log_interval: float | None = None) -> DataPipeline:
+        """Turn telemetry on (or off) from the next ``iter()``; changes this pipeline and returns it.
+
+        ``log_interval``: seconds between INFO summary lines of each process (default
+        ``SHARDSTREAM_TELEMETRY_INTERVAL`` or 60; 0: none).
+        """
+        self._telemetry = enable(self._telemetry, enabled, log_interval)
+        return self
+
+    def stats(self) -> dict[str, Any]:
+        """What this pipeline did in this process, as plain (JSON-able) data.
+
+        Always: every stage's skip counters (``stages``: ``skipped``, ``last_error``) and their
+        total (``skipped``). With telemetry on, also each stage's own time and share, samples
+        and bytes per second, cache hits and misses, retries and throttles, and ``verdict``:
+        whether the consumer waits for data and which stage is the slowest. A WebLoader's
+        workers report through ``WebLoader.stats()``.
+        """
+        self._telemetry = resolve(self._telemetry)
+        return pipeline_stats(self._telemetry, self.pipeline)
 
     @property
     def skipped(self) -> int:
         """Total items skipped by error policies in this process."""
-        return sum(s.skipped for s in self.stats().values())
+        return sum(s.skipped for _, s in skip_counters(self.pipeline))
 
     def close(self) -> None:
         """Stop running iterators at once (closing streams and child processes) and close stages."""

@@ -1,0 +1,103 @@
+"""What telemetry learns from the I/O seam: a timed source for the reading stage, and retries.
+
+The reading node of an instrumented pass reads through :class:`TimedSource` (installed in a
+copy of its stage, never in the user's), whose opens and reads add to the recorder's I/O time,
+byte and open counts. Retries and throttles are counted from the lines the resumable reader
+logs for each retry (:func:`retry_counter` installs one handler on its logger per process).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any, BinaryIO
+
+from ..sources._forksafe import ForkSafeLock
+
+if TYPE_CHECKING:
+    from ._telemetry import Recorder
+
+__all__ = ["TimedSource", "retry_counter"]
+
+
+class TimedStream:
+    """A source stream whose ``read``/``readinto`` calls count as I/O time and bytes."""
+
+    def __init__(self, stream: BinaryIO, rec: Recorder) -> None:
+        self._stream, self._rec = stream, rec
+
+    def readinto(self, buffer: Any) -> int:
+        t = time.perf_counter_ns()
+        n = self._stream.readinto(buffer)  # type: ignore[attr-defined]
+        self._rec.io_ns += time.perf_counter_ns() - t
+        self._rec.io_bytes += n or 0
+        return int(n or 0)
+
+    def read(self, size: int = -1) -> bytes:
+        t = time.perf_counter_ns()
+        data = self._stream.read(size)
+        self._rec.io_ns += time.perf_counter_ns() - t
+        self._rec.io_bytes += len(data)
+        return data
+
+    def close(self) -> None:
+        self._stream.close()
+
+    def __getattr__(self, name: str) -> Any:  # local_path, size, fileno, ... of the real stream
+        return getattr(self._stream, name)
+
+
+class TimedSource:
+    """A source whose opens and reads count as I/O (installed in a reading node's stage copy)."""
+
+    def __init__(self, inner: Any, rec: Recorder) -> None:
+        self._inner, self._rec = inner, rec
+
+    def open(self, url: str, *, offset: int = 0, length: int | None = None) -> Any:
+        t = time.perf_counter_ns()
+        try:
+            stream = self._inner.open(url, offset=offset, length=length)
+        finally:
+            self._rec.io_ns += time.perf_counter_ns() - t
+        self._rec.opens += 1
+        return TimedStream(stream, self._rec)
+
+    def __getattr__(self, name: str) -> Any:  # stat, close, stats, ...
+        return getattr(self._inner, name)
+
+
+class _RetryCounter(logging.Handler):
+    """Counts the resumable reader's retry lines in this process (throttles: 429, 503, SlowDown)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.retries = self.throttles = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if (
+            record.module != "_resume"
+            or not isinstance(record.msg, str)
+            or not record.msg.startswith("retry ")
+        ):
+            return
+        self.retries += 1
+        error = record.args[-1] if isinstance(record.args, tuple) and record.args else None
+        text = str(error).lower()
+        if getattr(error, "status", None) in (429, 503) or "slowdown" in text or "throttl" in text:
+            self.throttles += 1
+
+
+# Forked children inherit the counter with the parent's counts: recorders keep a baseline.
+_counter_lock = ForkSafeLock()
+_counter: _RetryCounter | None = None
+
+
+def retry_counter() -> _RetryCounter:
+    """This process's retry counter (installed on the resumable reader's logger on first use)."""
+    global _counter
+    with _counter_lock:
+        if _counter is None:
+            _counter = _RetryCounter()
+            # The resumable reader (sources/_resume.py) logs on "shardstream.sources".
+            logging.getLogger("shardstream.sources").addHandler(_counter)
+        return _counter

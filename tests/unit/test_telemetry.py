@@ -1,0 +1,166 @@
+"""Pipeline telemetry in one process: the verdict names the slow stage or the slow loop, the
+counts are exact, it is plain data, and when it is off nothing is wrapped."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import shardstream as ss
+from shardstream.handlers import ignore_and_continue
+from shardstream.pipeline._telemetry_report import format_table, summarize, verdict
+
+ShardFactory = Callable[..., tuple[str, list[str]]]
+
+
+def slow_map(sample: dict[str, Any]) -> dict[str, Any]:
+    time.sleep(0.002)
+    return sample
+
+
+def _timed_generators(ds: Any) -> list[str]:
+    live = ds._live
+    assert live is not None and live.nodes
+    return [getattr(n._it, "gi_code", None) and n._it.gi_code.co_name for n in live.nodes]
+
+
+def test_a_slow_map_stage_is_named_the_bottleneck(make_shards: ShardFactory) -> None:
+    spec, keys = make_shards(counts=[40, 40])
+    ds = ss.Dataset(spec, telemetry=True).decode().map(slow_map).to_tuple("__key__", "txt")
+    got = [key for key, _ in ds]
+    assert sorted(got) == sorted(keys)
+    stats = json.loads(json.dumps(ds.stats()))  # plain data
+    assert stats["verdict"].startswith("loader-bound: "), stats["verdict"]
+    assert "slowest stage: map slow_map (" in stats["verdict"]
+    by_name = {s["stage"].partition(":")[2]: s for s in stats["stages"]}
+    assert by_name["map slow_map"]["share"] > 0.7
+    assert by_name["map slow_map"]["kind"] == "map" and by_name["decode"]["kind"] == "decode"
+    # 80 sleeps of 2 ms, timed one by one (warm-up) then sampled: the estimate is close.
+    assert 0.12 < by_name["map slow_map"]["time_s"] < 0.6
+    assert stats["samples"] == 80 and by_name["map slow_map"]["items"] == 80
+
+
+def test_a_slow_training_loop_is_training_bound(make_shards: ShardFactory) -> None:
+    spec, _ = make_shards(counts=[50, 50])
+    ds = ss.Dataset(spec, telemetry=True).to_tuple("__key__", "txt").batched(10)
+    batches = 0
+    for _ in ds:
+        time.sleep(0.02)  # the "training step"
+        batches += 1
+    assert batches == 10
+    stats = ds.stats()
+    assert stats["verdict"].startswith("training-bound: "), stats["verdict"]
+    assert stats["wait_share"] < 0.1 and stats["wall_s"] >= 0.18
+
+
+def test_counts_bytes_io_and_tar_are_reported(make_shards: ShardFactory, tmp_path: Path) -> None:
+    spec, keys = make_shards(counts=[30, 20, 25])
+    ds = ss.Dataset(spec, shuffle_shards=False, telemetry=True).to_tuple("__key__", "txt").batched(8)
+    assert sum(len(b[0]) for b in ds) == 75
+    stats = ds.stats()
+    sizes = sum(p.stat().st_size for p in (tmp_path / "data").glob("*.tar"))
+    assert stats["samples"] == 75 and stats["opens"] == 3
+    assert 0 < stats["bytes"] <= sizes and stats["samples_per_s"] > 0 and stats["bytes_per_s"] > 0
+    kinds = [s["kind"] for s in stats["stages"]]
+    assert kinds[:2] == ["io", "tar"] and "fields" in kinds and "batch" in kinds
+    assert {s["stage"]: s["items"] for s in stats["stages"]}["6:batched"] == 10
+    assert stats["cache"] == {"hits": 0, "misses": 0} and stats["retries"] == stats["throttles"] == 0
+    assert abs(sum(s["share"] for s in stats["stages"]) - 1) < 1e-6
+    table = format_table(stats)
+    assert "3:read tar" in table and "wait for data (loop)" in table and stats["verdict"] in table
+
+
+def test_off_wraps_nothing_and_says_how_to_turn_it_on(make_shards: ShardFactory) -> None:
+    spec, _ = make_shards(counts=[10])
+    ds = ss.Dataset(spec).map(slow_map)
+    it = iter(ds)
+    next(it)
+    names = _timed_generators(ds)
+    assert "clocked" not in names and "timed_guarded" not in names
+    it.close()  # type: ignore[attr-defined]
+    stats = json.loads(json.dumps(ds.stats()))
+    assert stats["telemetry"] is False and "SHARDSTREAM_TELEMETRY=1" in stats["verdict"]
+    on = ss.Dataset(spec).map(slow_map).batched(2).with_telemetry()
+    it = iter(on)
+    next(it)
+    assert {"clocked", "timed_guarded"} <= set(_timed_generators(on))
+    it.close()  # type: ignore[attr-defined]
+
+
+def test_the_environment_turns_it_on(make_shards: ShardFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    spec, _ = make_shards(counts=[10, 5])
+    monkeypatch.setenv("SHARDSTREAM_TELEMETRY", "1")
+    ds = ss.Dataset(spec)
+    assert len(list(ds)) == 15
+    assert ds.stats()["telemetry"] is True and ds.stats()["samples"] == 15
+    assert ss.Dataset(spec, telemetry=False).stats()["telemetry"] is False  # explicit wins
+
+
+def test_skips_are_counted_the_same_with_and_without_telemetry(make_shards: ShardFactory) -> None:
+    spec, _ = make_shards(counts=[100])
+
+    def flaky(sample: dict[str, Any]) -> dict[str, Any]:
+        if int(sample["__key__"][-5:]) % 7 == 0:
+            raise ValueError("bad sample")
+        return sample
+
+    results = []
+    for telemetry in (False, True):
+        ds = ss.Dataset(spec, shuffle_shards=False, telemetry=telemetry).map(
+            flaky, handler=ignore_and_continue
+        )
+        keys = [s["__key__"] for s in ds]
+        stats = ds.stats()
+        (entry,) = [s for s in stats["stages"] if s["skipped"]]
+        assert entry["stage"] == "5:map flaky" and entry["last_error"] == "ValueError: bad sample"
+        assert stats["skipped"] == ds.skipped == 15
+        results.append(keys)
+    assert results[0] == results[1] and len(results[0]) == 85
+
+
+def test_a_periodic_log_line(make_shards: ShardFactory, caplog: pytest.LogCaptureFixture) -> None:
+    spec, _ = make_shards(counts=[30])
+    ds = ss.Dataset(spec).map(slow_map).with_telemetry(log_interval=0.01)
+    with caplog.at_level(logging.INFO, logger="shardstream.pipeline._telemetry"):
+        assert len(list(ds)) == 30
+    lines = [r.getMessage() for r in caplog.records if r.name == "shardstream.pipeline._telemetry"]
+    assert lines and lines[0].startswith(f"telemetry (pipeline {os.getpid()}): ")
+    assert "samples/s" in lines[-1] and "slowest stage: map slow_map" in lines[-1]
+
+
+def test_compose_counts_apart_and_epochs_add_up(make_shards: ShardFactory) -> None:
+    spec, _ = make_shards(counts=[12])
+    base = ss.Dataset(spec, telemetry=True)
+    mapped = base.map(slow_map)
+    assert len(list(mapped)) == 12 and len(list(mapped)) == 12  # two epochs
+    assert mapped.stats()["samples"] == 24
+    assert base.stats()["samples"] == 0  # its own counters: it was not iterated
+
+
+def test_the_verdict_on_synthetic_reports() -> None:
+    def view(own: float, busy: float) -> dict[str, Any]:
+        return {
+            "wall_s": 10.0, "first_item_s": 0.0, "busy_s": busy, "worker_s": busy, "samples": 100,
+            "batches": 0, "bytes": 0, "opens": 1, "retries": 2, "throttles": 1,
+            "cache": {"hits": 1, "misses": 0},
+            "stages": [{"stage": "5:map f", "kind": "map", "time_s": own, "items": 100, "skipped": 0}],
+        }  # fmt: skip
+
+    bound = summarize([view(6.0, 8.3)], wall_s=10.0, wait_s=8.3)
+    assert (
+        bound["verdict"]
+        == "loader-bound: 83% of wall time waiting for data; slowest stage: map f (72% of pipeline time)"
+    )
+    added = summarize([view(1.0, 1.0), view(1.0, 1.0)], wall_s=10.0, wait_s=0.5, consumer="worker")
+    assert added["retries"] == 4 and added["cache"]["hits"] == 2 and added["stages"][0]["time_s"] == 2.0
+    assert added["verdict"].startswith("training-bound: 5% of wall time waiting for data;")
+    idle = {**bound, "workers": [{"utilisation": 0.2}, {"utilisation": 0.3}]}
+    assert "workers were busy only 25%" in verdict(idle, "worker")
+    assert summarize([])["verdict"].startswith("no data yet")
