@@ -203,3 +203,19 @@ def test_two_ranks_resume_on_three_with_the_same_global_batch(tmp_path: Path) ->
     assert len({r["batches"] for r in after} | {r["max_batches"] for r in after}) == 1
     # 2 ranks x 3 = 3 ranks x 2: the remaining global batches are the uninterrupted run's
     assert after[0]["batches"] == len(before[0]["full"]) // (GLOBAL_BATCH // 2) - STOP_AT
+
+
+def test_a_rank_state_loaded_on_another_rank_is_refused(urls: list[str]) -> None:
+    def build(rank: int) -> ss.WebLoader:
+        world = ss.World(rank=rank, world_size=2)
+        ds = ss.Dataset(urls, seed=5, world=world, split=ss.SplitPolicy("equal", batch_size=2))
+        return ss.WebLoader(ds.to_tuple("__key__").batched(2), batch_size=None, num_workers=0)
+
+    loader = build(1)
+    it = iter(loader)
+    next(it)
+    state = loader.state_dict()
+    with pytest.raises(StateError, match="saved on rank 1 of 2 and is loaded on rank 0 of 2"):
+        build(0).load_state_dict(state)
+    build(1).load_state_dict(state)
+    build(0).load_state_dict([state, state | {"rank": 0}])  # every rank's states: each takes its own

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 from _faults import FaultProxy
+from _prefix import Prefix
 from _servers import SeaweedS3
 from _slowdown import SlowDownProxy
-from conftest import Prefix
 
 import shardstream as ss
 from shardstream.errors import AccessDeniedError, ShardNotFoundError
@@ -144,7 +144,7 @@ def test_object_deleted_mid_epoch(s3_server: SeaweedS3, samples40: Prefix, handl
             list(it)
         assert info.value.status == 404
         return
-    warns = pytest.warns(RuntimeWarning, match="00020.cls") if handler == "warn_and_continue" else _quiet()
+    warns = pytest.warns(UserWarning, match="00020.cls") if handler == "warn_and_continue" else _quiet()
     with warns:
         rest = [_check(samples40, s) for s in it]
     if handler == "warn_and_continue":
@@ -153,7 +153,7 @@ def test_object_deleted_mid_epoch(s3_server: SeaweedS3, samples40: Prefix, handl
         assert first + rest == list(range(20))
     assert ds.source_stage.stats.skipped == 1
     if handler == "warn_and_continue":
-        with pytest.warns(RuntimeWarning, match="00020.cls"):
+        with pytest.warns(UserWarning, match="00020.cls"):
             batch = m.__getitems__([19, 20, 21])  # the missing sample is replaced by the next one
         assert [s["__key__"] for s in batch] == ["00019", "00021", "00021"] and m.skipped == 1
     else:  # a map-style batch cannot end early: "stop" raises in the worker

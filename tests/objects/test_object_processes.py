@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _prefix import Prefix
 from _procs import run_in_session
-from conftest import Prefix
 
 import shardstream as ss
 

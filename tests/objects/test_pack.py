@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import Prefix
+from _prefix import Prefix
 
 import shardstream as ss
 from shardstream.cli.__main__ import main

@@ -29,6 +29,7 @@ def test_all_is_sorted_and_complete() -> None:
         "cli",
         "fetch",
         "objects",
+        "ray",
         "testing",
     }
 

@@ -14,6 +14,7 @@ rest. Objects are read through the same fetch-ahead engine as ``ObjectStream``.
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import os
 import sys
@@ -99,7 +100,9 @@ def run(args: argparse.Namespace) -> int:
     shard_size = parse_size(args.shard_size)
     if args.engine == "ray":
         try:
-            from .. import ray as ray_engine
+            # import_module, not ``from .. import ray``: an attribute left on the package by an
+            # earlier import must not hide a failing (or disabled) import.
+            ray_engine = importlib.import_module("shardstream.ray")
         except ImportError as exc:
             raise ImportError(
                 f"--engine ray needs shardstream's Ray engine: pip install 'shardstream[ray]' ({exc})"

@@ -172,10 +172,17 @@ def restore_plan(
             f"the rank states are from different epochs or worlds (epochs {sorted(epochs)}); save every "
             "rank's state at the same step"
         )
-    for one in ranks:
-        check_fingerprint(one["fingerprint"], expected, saved_world, world_size)
     epoch, workers = epochs.pop(), max(num_workers, 1)
     by_rank = {int(r["rank"]): r for r in ranks}
+    if saved_world != world_size and sorted(by_rank) != list(range(saved_world)):
+        raise StateError(
+            f"the state was saved by {saved_world} ranks and is loaded by {world_size}: re-splitting "
+            f"the rest of the epoch needs every rank's state, but it holds ranks {sorted(by_rank)}. "
+            "Pass the list of all ranks' states to load_state_dict() (Lightning's checkpoints hold "
+            "them all)"
+        )
+    for one in ranks:
+        check_fingerprint(one["fingerprint"], expected, saved_world, world_size)
     if saved_world == world_size:
         own = by_rank.get(rank)
         if own is None:
@@ -190,13 +197,6 @@ def restore_plan(
             return {"epoch": epoch, "workers": list(own["workers"]), "next_worker": own.get("next_worker", 0)}
         sources = [own]
     else:
-        if sorted(by_rank) != list(range(saved_world)):
-            raise StateError(
-                f"the state was saved by {saved_world} ranks and is loaded by {world_size}: re-splitting "
-                f"the rest of the epoch needs every rank's state, but it holds ranks {sorted(by_rank)}. "
-                "Pass the list of all ranks' states to load_state_dict() (Lightning's checkpoints hold "
-                "them all)"
-            )
         sources = [by_rank[r] for r in range(saved_world)]
     old = [
         (World(rank=int(r["rank"]), world_size=saved_world, worker=w, num_workers=len(r["workers"])), s)
