@@ -77,6 +77,7 @@ class Boto3Dataset:
     def __getitem__(self, i: int) -> tuple[bytes, bytes]:
         if self.client is None:
             import boto3
+            from botocore.config import Config
 
             self.client = boto3.client(
                 "s3",
@@ -84,11 +85,23 @@ class Boto3Dataset:
                 aws_access_key_id=self.opts["access_key_id"],
                 aws_secret_access_key=self.opts["secret_access_key"],
                 region_name="us-east-1",
+                # A loaded local server occasionally stalls one response; as a user would, time
+                # out and retry (botocore does not retry a failed body read by itself).
+                config=Config(read_timeout=10, retries={"max_attempts": 5, "mode": "standard"}),
             )
-        get = self.client.get_object
-        data = get(Bucket=BUCKET, Key=f"{PREFIX}{i:06d}.bin")["Body"].read()
-        label = get(Bucket=BUCKET, Key=f"{PREFIX}{i:06d}.cls")["Body"].read()
-        return data, label
+        return self._get(f"{PREFIX}{i:06d}.bin"), self._get(f"{PREFIX}{i:06d}.cls")
+
+    def _get(self, key: str) -> bytes:
+        from botocore.exceptions import ReadTimeoutError, ResponseStreamingError
+
+        for attempt in range(3):
+            try:
+                body: bytes = self.client.get_object(Bucket=BUCKET, Key=key)["Body"].read()
+                return body
+            except (ReadTimeoutError, ResponseStreamingError):
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
 
 
 # ------------------------------------------------------------------------------------------ (b)
