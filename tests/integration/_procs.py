@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 
 def run_in_session(
@@ -34,3 +35,25 @@ def run_in_session(
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(10)
     return proc.returncode, output
+
+
+def run_spawned(
+    target: Callable[..., None], arglists: Sequence[tuple[Any, ...]], *, timeout: float
+) -> list[int | None]:
+    """Run ``target(*args)`` in one spawned process per entry of ``arglists`` (real ranks), join
+    them within ``timeout`` seconds each, kill any survivor by PID; return their exit codes."""
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=target, args=args) for args in arglists]
+    try:
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(timeout)
+    finally:
+        for p in procs:
+            if p.is_alive() and p.pid is not None:
+                os.kill(p.pid, signal.SIGKILL)
+                p.join(5)
+    return [p.exitcode for p in procs]

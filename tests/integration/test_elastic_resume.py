@@ -7,7 +7,6 @@ multiset: none twice, none lost), with every rank still yielding the same number
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections import Counter
 from datetime import timedelta
@@ -15,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _procs import run_spawned
 from _resume_cases import keys, make, write_shards
 from test_distributed import free_port
 
@@ -164,23 +164,10 @@ def _rank_main(
 
 
 def _run_ranks(tmp: Path, world: int, urls: list[str], phase: str) -> list[dict[str, Any]]:
-    import torch.multiprocessing as mp
-
-    ctx, port = mp.get_context("spawn"), free_port()
+    port = free_port()
     outs = [str(tmp / f"{phase}{r}.json") for r in range(world)]
     args = [(r, world, port, urls, phase, str(tmp / "states.json"), outs[r]) for r in range(world)]
-    procs = [ctx.Process(target=_rank_main, args=a) for a in args]
-    try:
-        for p in procs:
-            p.start()
-        for p in procs:
-            p.join(150)
-    finally:
-        for p in procs:
-            if p.is_alive() and p.pid is not None:
-                os.kill(p.pid, 9)
-                p.join(5)
-    assert [p.exitcode for p in procs] == [0] * world
+    assert run_spawned(_rank_main, args, timeout=150) == [0] * world
     return [json.loads(Path(o).read_text()) for o in outs]
 
 

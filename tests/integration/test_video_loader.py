@@ -8,7 +8,6 @@ frames named by ``indices``; clip starts are checked to be a function of (seed, 
 from __future__ import annotations
 
 import json
-import os
 import sys
 from datetime import timedelta
 from pathlib import Path
@@ -19,6 +18,8 @@ import pytest
 
 pytest.importorskip("av")
 torch = pytest.importorskip("torch")
+
+from _procs import run_spawned  # noqa: E402
 
 import shardstream as ss  # noqa: E402
 from shardstream.decoders._av import thread_count  # noqa: E402
@@ -137,25 +138,12 @@ def rank_main(rank: int, world_size: int, port: int, urls: list[str], out: str) 
 @pytest.mark.timeout(180)
 @pytest.mark.skipif(sys.platform == "win32", reason="gloo over tcp on loopback")
 def test_two_ranks_times_two_workers_finish_together(urls: list[str], tmp_path: Path) -> None:
-    import torch.multiprocessing as mp
-
     from shardstream.testing import free_port
 
     port = free_port()
-    ctx = mp.get_context("spawn")
     outs = [str(tmp_path / f"rank{r}.json") for r in range(2)]
-    procs = [ctx.Process(target=rank_main, args=(r, 2, port, urls, outs[r])) for r in range(2)]
-    try:
-        for p in procs:
-            p.start()
-        for p in procs:
-            p.join(JOIN_TIMEOUT)
-    finally:
-        for p in procs:
-            if p.is_alive() and p.pid is not None:
-                os.kill(p.pid, 9)
-                p.join(5)
-    assert [p.exitcode for p in procs] == [0, 0]
+    codes = run_spawned(rank_main, [(r, 2, port, urls, outs[r]) for r in range(2)], timeout=JOIN_TIMEOUT)
+    assert codes == [0, 0]
     reports = [json.loads(Path(o).read_text()) for o in outs]
     assert reports[0]["batches"] == reports[1]["batches"] == SHARDS * PER_SHARD // (2 * BATCH)
     keys = [k for r in reports for k in r["starts"]]

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from _prefix import Prefix
-from _procs import run_in_session
+from _procs import run_in_session, run_spawned
 
 import shardstream as ss
 
@@ -54,24 +54,11 @@ def rank_main(rank: int, port: int, url: str, opts: dict[str, Any], out: str) ->
 @pytest.mark.timeout(180)
 @pytest.mark.skipif(sys.platform == "win32", reason="gloo over tcp on loopback")
 def test_two_ranks_equal_split(samples40: Prefix, tmp_path: Path) -> None:
-    import torch.multiprocessing as mp
-
-    ctx = mp.get_context("spawn")
     port = _free_port()
     outs = [str(tmp_path / f"rank{r}.json") for r in range(2)]
     opts = samples40.s3.storage_options
-    procs = [ctx.Process(target=rank_main, args=(r, port, samples40.url, opts, outs[r])) for r in range(2)]
-    try:
-        for p in procs:
-            p.start()
-        for p in procs:
-            p.join(150)
-    finally:
-        for p in procs:
-            if p.is_alive() and p.pid is not None:
-                os.kill(p.pid, 9)
-                p.join(5)
-    assert [p.exitcode for p in procs] == [0, 0]
+    codes = run_spawned(rank_main, [(r, port, samples40.url, opts, outs[r]) for r in range(2)], timeout=150)
+    assert codes == [0, 0]
     reports = [json.loads(Path(o).read_text()) for o in outs]
     assert [r["batches"] for r in reports] == [5, 5] and [r["len"] for r in reports] == [5, 5]
     keys = reports[0]["keys"] + reports[1]["keys"]

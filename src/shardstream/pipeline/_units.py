@@ -20,7 +20,7 @@ from ..shards.elastic import Unit
 from ..tar.grouping import Cursor
 from .base import Node, StateDict
 
-__all__ = ["UnitsNode"]
+__all__ = ["UnitsNode", "read_span"]
 
 
 class UnitsNode(Node):
@@ -65,7 +65,6 @@ class UnitsNode(Node):
             self.skip = 0
 
     def _read(self, unit: Unit) -> Iterator[dict[str, Any]]:
-        stage, cursor = self.stage, self.cursor
         if self.offset >= 0:  # resuming inside this unit at a known offset
             offset, drop = self.offset, 0
         elif unit.offset >= 0:
@@ -76,26 +75,39 @@ class UnitsNode(Node):
         left = None if unit.count is None else unit.count - self.skip
         if left is not None and left <= 0:
             return
-        cursor.next = offset
-        opened = stage.format.samples(stage.source, unit.url, offset=offset, cursor=cursor)
-        samples: Iterator[dict[str, Any]] = opened
-        if drop:
-            samples = itertools.islice(samples, drop, None)
-        if left is not None:
-            samples = itertools.islice(samples, left)
-        try:
-            for sample in samples:
-                if unit.pad is not None:
-                    sample["__pad__"] = unit.pad
-                self.skip += 1
-                yield sample
-        except Exception as exn:
-            go_on = stage.handler(exn)
-            stage.stats.record(exn)
-            if not go_on:
-                self.stopped = True
-        finally:
-            close = getattr(opened, "close", None)
-            if close is not None:
-                close()
-            cursor.next = -1
+        for sample in read_span(self, self.stage, unit.url, offset, drop, left):
+            if unit.pad is not None:
+                sample["__pad__"] = unit.pad
+            self.skip += 1
+            yield sample
+
+
+def read_span(
+    node: Any, stage: Any, url: str, offset: int, drop: int, count: int | None
+) -> Iterator[dict[str, Any]]:
+    """Samples of ``url`` from byte ``offset``: the first ``drop`` skipped, at most ``count``.
+
+    ``node.cursor`` follows the positions; an error goes to ``stage.handler`` (counted in
+    ``stage.stats``), and a handler that ends the stream sets ``node.stopped``. The one reading
+    loop of the epoch planner and of elastically restored workers.
+    """
+    cursor = node.cursor
+    cursor.next = offset
+    opened = stage.format.samples(stage.source, url, offset=offset, cursor=cursor)
+    samples: Iterator[dict[str, Any]] = opened
+    if drop:
+        samples = itertools.islice(samples, drop, None)
+    if count is not None:
+        samples = itertools.islice(samples, count)
+    try:
+        yield from samples
+    except Exception as exn:
+        go_on = stage.handler(exn)
+        stage.stats.record(exn)
+        if not go_on:
+            node.stopped = True
+    finally:
+        close = getattr(opened, "close", None)
+        if close is not None:
+            close()
+        cursor.next = -1

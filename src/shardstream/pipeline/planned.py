@@ -16,7 +16,6 @@ next one (a ranged read continues there), the quota done, and in resampled mode 
 
 from __future__ import annotations
 
-import itertools
 import logging
 from collections.abc import Generator, Iterator, Sequence
 from typing import Any
@@ -30,7 +29,7 @@ from ..sources import SchemeRouter, Source
 from ..tar.grouping import Cursor
 from ..tar.samples import TarFormat
 from ._counts import CountSource, shard_counts
-from ._units import UnitsNode
+from ._units import UnitsNode, read_span
 from .base import Node, RunContext, Stage, StateDict
 from .read import ShardFormat
 
@@ -209,29 +208,11 @@ class _PlannedNode(Node):
     # -- reading --------------------------------------------------------------------------------
     def _samples(self, url: str, start: int, stop: int | None) -> Iterator[dict[str, Any]]:
         """Samples ``[start + skip, stop)`` of a shard; from the saved byte offset when resuming."""
-        stage, first = self.stage, self.skip
+        first = self.skip
         offset, self.offset = (self.offset, -1) if self.offset >= 0 else (0, -1)
-        self.cursor.next = offset
-        samples: Iterator[dict[str, Any]] = stage.format.samples(
-            stage.source, url, offset=offset, cursor=self.cursor
-        )
-        opened = samples
-        if offset == 0 and start + first > 0:
-            samples = itertools.islice(samples, start + first, None)
-        if stop is not None:
-            samples = itertools.islice(samples, stop - start - first)
-        try:
-            yield from samples
-        except Exception as exn:
-            go_on = stage.handler(exn)
-            stage.stats.record(exn)
-            if not go_on:
-                self.stopped = True
-        finally:
-            close = getattr(opened, "close", None)
-            if close is not None:
-                close()
-            self.cursor.next = -1
+        drop = start + first if offset == 0 else 0
+        count = None if stop is None else stop - start - first
+        return read_span(self, self.stage, url, offset, drop, count)
 
     def _piece(self, url: str, start: int, stop: int | None, pad: bool | None) -> Iterator[dict[str, Any]]:
         """One piece's samples, counted into the node's state; ends at the quota."""
