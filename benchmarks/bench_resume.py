@@ -116,6 +116,28 @@ def _tables(urls: list[str], per_epoch: int, rounds: int, where: str) -> list[st
     return lines
 
 
+def _elastic(urls: list[str], per_epoch: int, rounds: int, where: str) -> list[str]:
+    """Resume at 90% with another num_workers: the saved positions are re-split (elastic)."""
+    at = int(per_epoch * 0.9)
+    lines = [
+        f"### {where}, elastic: resumed at 90% (batch {at}) with another `num_workers`",
+        "",
+        "| workers before -> after | buffer | fresh start (after) | elastic resume | resume / fresh |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for shuffle in (False, True):
+        for before, after in ((2, 1), (2, 3)):
+            state = _state_at(urls, before, shuffle, at)
+            fresh = min(_first_batch(urls, after, shuffle) for _ in range(rounds))
+            resume = min(_first_batch(urls, after, shuffle, state=state) for _ in range(rounds))
+            buffer = str(BUFFER) if shuffle else "none"
+            lines.append(
+                f"| {before} -> {after} | {buffer} | {fresh:.3f} | {resume:.3f} | {resume / fresh:.2f}x |"
+            )
+            print(lines[-1], flush=True)
+    return [*lines, ""]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -141,6 +163,7 @@ def main() -> None:
         "",
     ]
     lines += _tables(urls, per_epoch, args.rounds, "local disk")
+    lines += _elastic(urls, per_epoch, args.rounds, "local disk")
     if args.s3:
         from shardstream.testing.seaweed import SeaweedS3
 
@@ -154,6 +177,7 @@ def main() -> None:
                 "",
             ]
             lines += _tables(s3_urls, per_epoch, args.rounds, "S3 (SeaweedFS)")
+            lines += _elastic(s3_urls, per_epoch, args.rounds, "S3 (SeaweedFS)")
     emit_report(lines, args.markdown)
 
 
