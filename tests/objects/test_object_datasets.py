@@ -79,6 +79,24 @@ def test_shuffled_epochs_cover_every_sample_once(samples40: Prefix) -> None:
     assert epochs[0] != sorted(epochs[0])
 
 
+def test_a_buffered_stream_restores_in_the_same_process_after_an_epoch(samples40: Prefix) -> None:
+    """Refilling a shuffle buffer fetches samples directly: a finished stream must not leave the
+    reader stopped."""
+    opts = samples40.s3.storage_options
+
+    def make() -> ss.ObjectStream:
+        return ss.ObjectStream(samples40.url, storage_options=opts, seed=2).shuffle(8)
+
+    ds = make()
+    it = iter(ds)
+    head = [next(it)["__key__"] for _ in range(13)]
+    state = ds.state_dict()
+    rest = [s["__key__"] for s in it]  # the stream ends: its fetch threads are joined
+    ds.load_state_dict(state)
+    assert [s["__key__"] for s in ds] == rest
+    assert sorted(head + rest) == [f"{i:05d}" for i in range(40)]
+
+
 def test_listing_once_and_manifest_reuse(s3_server: SeaweedS3, samples40: Prefix, tmp_path: Path) -> None:
     with SlowDownProxy(s3_server.endpoint_url) as proxy:
         opts = s3_server.options_for(endpoint_url=proxy.url)

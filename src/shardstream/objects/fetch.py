@@ -104,6 +104,9 @@ class FetchAhead(Generic[J, R]):
             for _, future, _ in pending:
                 future.cancel()
             pool.shutdown(wait=True, cancel_futures=True)
+            # Every fetch thread has ended: the event may go down again, so that fetches made
+            # directly afterwards (a shuffle buffer refilled on restore, map-style access) run.
+            self.stop.clear()
 
 
 _END = object()
