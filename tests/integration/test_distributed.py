@@ -8,8 +8,6 @@ non-zero, and the test fails in seconds instead of hanging CI.
 from __future__ import annotations
 
 import json
-import os
-import socket
 import sys
 import time
 from datetime import timedelta
@@ -17,8 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _procs import run_spawned
 
 from shardstream.tar.sharded_writer import ShardWriter
+from shardstream.testing import free_port
 
 UNEVEN = [3, 40, 12, 25, 7, 33, 18]  # 7 shards, 138 samples
 BATCH = 4
@@ -35,13 +35,6 @@ def write_shards(directory: Path) -> list[str]:
                 w.write({"__key__": f"k{s:02d}_{i:03d}", "cls": i})
         urls.append(str(directory / f"d{s:02d}-0.tar"))
     return urls
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def rank_main(
@@ -109,29 +102,14 @@ def run_ranks(
     tmp_path: Path, world_size: int, mode: str, epochs: int, workers: str = "fork"
 ) -> list[dict[str, Any]]:
     """Spawn ``world_size`` ranks, join them with a deadline, kill any survivor by PID."""
-    import torch.multiprocessing as mp
-
     urls = write_shards(tmp_path / "shards")
     port = free_port()
-    ctx = mp.get_context("spawn")
     outs = [str(tmp_path / f"rank{r}.json") for r in range(world_size)]
-    procs = [
-        ctx.Process(
-            target=rank_main, args=(r, world_size, port, urls, mode, epochs, workers, outs[r]), daemon=False
-        )
-        for r in range(world_size)
-    ]
-    try:
-        for p in procs:
-            p.start()
-        for p in procs:
-            p.join(JOIN_TIMEOUT)
-    finally:
-        for p in procs:
-            if p.is_alive() and p.pid is not None:
-                os.kill(p.pid, 9)
-                p.join(5)
-    codes = [p.exitcode for p in procs]
+    codes = run_spawned(
+        rank_main,
+        [(r, world_size, port, urls, mode, epochs, workers, outs[r]) for r in range(world_size)],
+        timeout=JOIN_TIMEOUT,
+    )
     assert codes == [0] * world_size, (
         f"rank exit codes {codes} (a timeout in a collective means unequal batches)"
     )

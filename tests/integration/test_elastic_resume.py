@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 from _procs import run_spawned
 from _resume_cases import keys, make, write_shards
-from test_distributed import free_port
 
 import shardstream as ss
 from shardstream.errors import StateError
+from shardstream.testing import free_port
 
 CUTS = (1, 3, 6, 9)
 # 3 workers on a 2-core machine: torch warns about it, the test wants exactly that

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
 from datetime import timedelta
 from pathlib import Path
@@ -15,17 +14,11 @@ from _prefix import Prefix
 from _procs import run_in_session, run_spawned
 
 import shardstream as ss
+from shardstream.testing import free_port
 
 pytestmark = pytest.mark.s3
 
 BATCH = 4
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def rank_main(rank: int, port: int, url: str, opts: dict[str, Any], out: str) -> None:
@@ -54,7 +47,7 @@ def rank_main(rank: int, port: int, url: str, opts: dict[str, Any], out: str) ->
 @pytest.mark.timeout(180)
 @pytest.mark.skipif(sys.platform == "win32", reason="gloo over tcp on loopback")
 def test_two_ranks_equal_split(samples40: Prefix, tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     outs = [str(tmp_path / f"rank{r}.json") for r in range(2)]
     opts = samples40.s3.storage_options
     codes = run_spawned(rank_main, [(r, port, samples40.url, opts, outs[r]) for r in range(2)], timeout=150)

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ._cpu import CPUMonitor, CPUReport, have_psutil
+from ._inspect import add_common
 from ._options import parse_options
 from ._profile import Timeline, have_matplotlib, write_png
 
@@ -235,16 +236,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--to-tuple", nargs="+", metavar="FIELD", default=[], help='fields, e.g. "jpg;png" cls'
     )
     parser.add_argument("--max-samples", type=int, help="stop after this many samples")
-    parser.add_argument(
-        "--storage-option",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="option for the URL's source, e.g. endpoint_url=http://127.0.0.1:8333 (repeatable)",
-    )
-    parser.add_argument(
-        "--allow-pipe", action="store_true", help="allow pipe: URLs (they run shell commands)"
-    )
+    add_common(parser, jobs=False)
     parser.add_argument(
         "--profile",
         action="store_true",
