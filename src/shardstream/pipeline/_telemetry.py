@@ -59,7 +59,8 @@ class Recorder:
         self.io_ns = self.io_bytes = self.opens = 0
         self.collate_ns = self.batches = 0
         self.sources: list[tuple[Any, dict[str, int]]] = []
-        counter = retry_counter()
+        self._light_key = (-1, 0)  # (slots, index of the node whose items are the samples)
+        counter = self._retries = retry_counter()
         self._retry_base = (counter.retries, counter.throttles)
         self.next_log = self._next_log(time.perf_counter_ns())
 
@@ -140,16 +141,23 @@ class Recorder:
         throttles, cache_hits, cache_misses, first_pull_ns)``, then per node ``(items,
         estimated_ns, skipped)`` (the time of its pulls or of its function, I/O excluded).
         """
-        counter = retry_counter()
+        counter = self._retries
         hits = misses = 0
         for source, base in self.sources:
             now = source.stats.as_dict()
             hits += now.get("hits", 0) - base.get("hits", 0)
             misses += now.get("misses", 0) - base.get("misses", 0)
         slots = self.slots
-        first = min((s.first for s in slots if s.first), default=0)
-        last = max((s.last for s in slots), default=0)
-        out: list[Any] = [
+        first = last = 0
+        per_node: list[int] = []
+        for s in slots:
+            if s.first and (not first or s.first < first):
+                first = s.first
+            if s.last > last:
+                last = s.last
+            stats = s.stage.__dict__.get("_stats") if hasattr(s.stage, "__dict__") else None
+            per_node += (s.items, s.estimate(), stats.skipped if stats is not None else 0)
+        out = (
             first,
             last,
             self.io_ns,
@@ -162,11 +170,20 @@ class Recorder:
             hits,
             misses,
             slots[-1].head if slots else 0,
-        ]
-        for s in slots:
-            stats = getattr(s.stage, "__dict__", {}).get("_stats")
-            out += (s.items, s.estimate(), stats.skipped if stats is not None else 0)
-        return tuple(out)
+        )
+        return out + tuple(per_node)
+
+    def light(self, now: int) -> tuple[int, ...]:
+        """The counters that must be exact when a worker's last batch leaves, cheap to take:
+        ``(now, collate_ns, batches, opens, io_bytes, node, items)`` (``node``: the index of the
+        reading node, whose items are the samples, or of the last node)."""
+        slots = self.slots
+        if self._light_key[0] != len(slots):
+            k = next((i for i, s in enumerate(slots) if s.kind == "read"), len(slots) - 1)
+            self._light_key = (len(slots), k)
+        k = self._light_key[1]
+        items = slots[k].items if slots else 0
+        return (now, self.collate_ns, self.batches, self.opens, self.io_bytes, k, items)
 
     def view(self) -> dict[str, Any]:
         """This process's counters as plain data (see :func:`process_view`)."""
