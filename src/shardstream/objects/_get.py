@@ -1,7 +1,8 @@
 """One whole object's bytes, with retries, resume and throttling feedback.
 
-For ``s3://`` the fetcher makes every attempt itself (``S3Source.open_once``: one signed GET on
-a pooled connection), so it sees each 503 SlowDown and lowers the requests in flight
+For ``s3://`` the fetcher makes every attempt itself (``S3Source.get_into``: one signed GET on
+a pooled connection of the lean client, the whole body in one call), so it sees each 503
+SlowDown and lowers the requests in flight
 (:class:`~._aimd.Concurrency`); a transfer cut half-way resumes from the bytes it has, with
 ``If-Match`` on the first response's ETag. Other schemes (local files, ``http(s)://``, memory)
 go through their source's ``open``, which retries and resumes on its own.
@@ -64,8 +65,9 @@ class ObjectGetter:
     def get(self, url: str, size: int = -1) -> bytes:
         """The bytes of ``url``; raises a SourceError when it cannot be had (or when stopped)."""
         source: Any = get_source(url, self.storage_options)
-        once = getattr(source, "open_once", None)
-        if once is None:
+        get_into: Any = getattr(source, "get_into", None)
+        once: Any = getattr(source, "open_once", None)
+        if get_into is None and once is None:
             return self._plain(source, url)
         buf = bytearray()
         etag: str | None = None
@@ -78,9 +80,12 @@ class ObjectGetter:
             ok = False
             try:
                 self.requests += 1
-                opened = once(url, offset=len(buf), etag=etag)
-                etag = etag or opened.etag
-                _read_body(opened, buf, url)
+                if get_into is not None:  # the whole body in one call (S3's lean client)
+                    etag = get_into(url, buf, etag=etag)
+                else:
+                    opened = once(url, offset=len(buf), etag=etag)
+                    etag = etag or opened.etag
+                    _read_body(opened, buf, url)
                 ok = True
                 return bytes(buf)
             except TransientSourceError as exc:
