@@ -284,3 +284,37 @@ def test_forked_dataloader_while_the_cache_fills_and_a_pool_is_active(
     assert head + filling.read() == big  # the fill went on through every fork, intact
     filling.close()
     # The children are checked by the no_process_left_behind fixture.
+
+
+def test_a_forked_child_adopts_the_parents_s3_source_with_connections_of_its_own(
+    s3_server: Any, s3_bucket: str, fault_proxy: ProxyFactory
+) -> None:
+    proxy = fault_proxy(s3_server.endpoint_url)
+    opts = s3_server.options_for(endpoint_url=proxy.url)
+    s3_server.put_object(s3_bucket, "fork/one.bin", b"x" * 5000)
+    url = f"s3://{s3_bucket}/fork/one.bin"
+    source: Any = get_source(url, opts)
+    sink = bytearray()
+    source.get_into(url, sink)  # leaves one idle keep-alive connection in the lean pool
+    client = source._client
+    files = get_source("file:///", {})
+
+    def child() -> None:
+        adopted: Any = get_source(url, opts)
+        assert adopted is source  # no second botocore client built in the worker
+        assert get_source("file:///", {}) is not files  # sources not declared fork-safe are new
+        assert not source.lean._idle and not source.pool._idle  # the parent's sockets are not ours
+        got = bytearray()
+        source.get_into(url, got)
+        assert got == b"x" * 5000
+        assert source._client is client  # still not rebuilt: static keys sign without it
+
+    try:
+        assert _fork(child)[0] == 0
+        again = bytearray()
+        source.get_into(url, again)  # the parent's idle connection still works, untouched
+        assert again == b"x" * 5000 and proxy.connections == 2
+    finally:
+        for key in [k for k, v in registry._instances.items() if v is source]:
+            del registry._instances[key]
+        source.close()
