@@ -14,6 +14,7 @@ Throttling never fails a fetch by itself: throttled attempts do not use up ``ret
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Mapping
@@ -61,10 +62,17 @@ class ObjectGetter:
         self.throttle_deadline = throttle_deadline
         self.retries = 0
         self.requests = 0
+        # (pid, scheme, source) of the last object: get_source costs microseconds per call
+        self._source: tuple[int, str, Any] = (-1, "", None)
 
     def get(self, url: str, size: int = -1) -> bytes:
         """The bytes of ``url``; raises a SourceError when it cannot be had (or when stopped)."""
-        source: Any = get_source(url, self.storage_options)
+        pid, scheme, source = self._source
+        if pid != os.getpid() or not url.startswith(scheme) or (not scheme and "://" in url):
+            head, sep, _ = url.partition("://")  # the same scheme for every object, usually
+            scheme = head + sep
+            source = get_source(url, self.storage_options)
+            self._source = (os.getpid(), scheme, source)
         get_into: Any = getattr(source, "get_into", None)
         once: Any = getattr(source, "open_once", None)
         if get_into is None and once is None:

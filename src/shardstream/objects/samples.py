@@ -67,7 +67,12 @@ class SampleTable:
     def nbytes(self, i: int) -> int:
         """Bytes of sample ``i`` (unknown sizes count as 0)."""
         sizes = self.manifest.sizes
-        return sum(max(sizes[j], 0) for _, j in self.fields[i])
+        total = 0
+        for _, j in self.fields[i]:  # a loop, not sum() over a generator: called per sample
+            size = sizes[j]
+            if size > 0:
+                total += size
+        return total
 
     def __repr__(self) -> str:
         return f"SampleTable(root={redact_url(self.manifest.root)!r}, samples={len(self.keys)})"
