@@ -14,7 +14,8 @@ workers) of each side's least disturbed pass, the ratios on/off (best vs best, a
 the per-round ratios), and the CPU nanoseconds per sample telemetry adds. Target (issue 14):
 under 2% at 50,000 samples/s (20 us per sample).
 
-    .venv/bin/python benchmarks/bench_telemetry.py [--rounds 30] [--loader-rounds 8] [--markdown FILE]
+    .venv/bin/python benchmarks/bench_telemetry.py [--rounds 30] [--loader-rounds 8] [--instructions]
+        [--markdown FILE]
 """
 
 from __future__ import annotations
@@ -93,6 +94,58 @@ def _alternate(name: str, off: Callable[[], int], on: Callable[[], int], rounds:
     )
 
 
+_COUNTED = """
+import sys
+sys.path.insert(0, {bench!r})
+import shardstream as ss
+from shardstream.pipeline import _telemetry_clock
+# Under valgrind every pull looks ~50x slower; keep the clock's sampling what it is at full speed.
+_telemetry_clock.SLOW_NS = 10**12
+urls = {urls!r}
+def build(on):
+    ds = ss.Dataset(urls, shuffle_shards=False, telemetry=on)
+    return ds.decode().to_tuple("__key__", "txt").batched(64)
+for on in (False, True):  # warm both code paths alike
+    it = iter(build(on)); next(it); it.close()
+if sys.argv[1] != "none":
+    assert sum(len(keys) for keys, _ in build(sys.argv[1] == "on")) == {expect}
+"""
+
+
+def instructions(urls: list[str], expect: int) -> str | None:
+    """Instructions per sample, off and on, counted by valgrind (cachegrind): a figure the noise of
+    a shared machine cannot move. ``None`` when valgrind is not installed."""
+    import os
+    import re
+    import shutil
+    import subprocess
+    import tempfile
+
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        return None
+    script = _COUNTED.format(bench=str(Path(__file__).resolve().parent), urls=urls, expect=expect)
+    # A fixed hash seed and one BLAS thread: the same run counts the same instructions.
+    env = {**os.environ, "PYTHONHASHSEED": "0", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    counts = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for mode in ("none", "off", "on"):
+            out = subprocess.run(
+                [valgrind, "--tool=cachegrind", "--cache-sim=no", f"--cachegrind-out-file={tmp}/cg",
+                 sys.executable, "-c", script, mode],
+                env=env, capture_output=True, text=True, check=True,
+            )  # fmt: skip
+            match = re.search(r"I\s+refs:\s+([\d,]+)", out.stderr)
+            assert match is not None, out.stderr[-2000:]
+            counts[mode] = int(match.group(1).replace(",", ""))
+    off = (counts["off"] - counts["none"]) / expect
+    on = (counts["on"] - counts["none"]) / expect
+    return (
+        f"| plain, this process, instructions (cachegrind) | {off:,.0f} per sample | {on:,.0f} per sample "
+        f"| | | {on / off:.3f} | | | | +{on - off:,.0f} instructions |"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=ROOT / "bench-data")
@@ -100,6 +153,11 @@ def main() -> None:
     parser.add_argument("--shards", type=int, default=2, help="shards per plain pass (10,000 samples each)")
     parser.add_argument("--loader-rounds", type=int, default=8, help="WebLoader passes per side")
     parser.add_argument("--markdown", type=Path, help="also write the report to this file")
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="also count instructions per sample off and on with valgrind (about a minute)",
+    )
     args = parser.parse_args()
     urls = build_tiny_dataset(args.data, *TINY_SPEC)
     expect = TINY_SPEC[0]
@@ -130,6 +188,10 @@ def main() -> None:
             plain_expect,
         )
     )
+    if args.instructions:
+        print("instructions (valgrind):", flush=True)
+        counted = instructions(plain_urls[:1], plain_expect // len(plain_urls))
+        lines.append(counted or "| instructions: valgrind is not installed | | | | | | | | | |")
     print("WebLoader, 2 workers:", flush=True)
     lines.append(
         _alternate(
@@ -140,6 +202,8 @@ def main() -> None:
         "",
         "A ratio above 1 is the cost of telemetry. The machine is shared with other jobs: interference",
         "only adds time, so the best passes are the figure to compare; the medians show the spread.",
+        "The instruction count (``--instructions``, one shard under valgrind) is exact and repeatable;",
+        "it leaves out what instructions do not show (cache misses, branch mispredictions).",
         "",
     ]
     emit_report(lines, args.markdown)
