@@ -128,7 +128,7 @@ def test_child_is_not_blocked_by_locks_a_parent_thread_held(
         stats.add(hits=1)  # cache counters inherited from the parent
         _heartbeat.unregister(_heartbeat.register(str(beat_file), 0.05))  # the heartbeat's lock
 
-    locks = [registry._lock, memory_module._lock, source.pool._lock, stats._lock, _heartbeat._lock]
+    locks = [registry._lock, memory_module._lock, source.pool.idle._lock, stats._lock, _heartbeat._lock]
     try:
         for lock in locks:
             with _Holder(lock):
@@ -303,7 +303,7 @@ def test_a_forked_child_adopts_the_parents_s3_source_with_connections_of_its_own
         adopted: Any = get_source(url, opts)
         assert adopted is source  # no second botocore client built in the worker
         assert get_source("file:///", {}) is not files  # sources not declared fork-safe are new
-        assert not source.lean._idle and not source.pool._idle  # the parent's sockets are not ours
+        assert not source.lean.idle.count() and not source.pool.idle.count()  # the parent's are not ours
         got = bytearray()
         source.get_into(url, got)
         assert got == b"x" * 5000

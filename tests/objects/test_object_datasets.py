@@ -192,8 +192,8 @@ def test_early_stop_leaves_no_thread_or_busy_connection(s3_server: SeaweedS3, sa
         assert not [t for t in threading.enumerate() if t.name.startswith("shardstream-fetch")]
         assert ds.reader.concurrency.in_flight == 0
         source: Any = ss.sources.get_source(samples40.url, opts)
-        fetching = sum(len(c) for c in source.lean._idle.values())  # the fetch threads' client
-        idle = fetching + sum(len(c) for c in source.pool._idle.values())  # + the manifest read's
+        fetching = source.lean.idle.count()  # the fetch threads' client
+        idle = fetching + source.pool.idle.count()  # + the manifest read's
         # Every open connection is idle in a pool, plus botocore's for the one LIST; no more
         # fetch connections than requests in flight.
         assert fetching <= 8 and proxy.open_connections <= idle + 1

@@ -171,6 +171,6 @@ def test_a_forked_child_starts_without_connections(scripted: Callable[[list[Hand
     server = scripted([answer(ok(b"one"))])
     pool = LeanPool()
     get(pool, server, bytearray())
-    assert sum(len(c) for c in pool._idle.values()) == 1
-    pool._forget_after_fork()  # what the at-fork hook runs in a child
-    assert not pool._idle
+    assert pool.idle.count() == 1
+    pool.idle.forget_after_fork()  # what the at-fork hook runs in a child
+    assert not pool.idle.count()

@@ -16,12 +16,12 @@ import io
 import os
 import socket
 import ssl
-import weakref
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
 from ..errors import AccessDeniedError, ShardNotFoundError, SourceError, TransientSourceError, redact_url
-from ._forksafe import ForkSafeLock, at_fork_in_child
+from ._idle import IdleConnections
+from ._idle import Key as _Key
 from ._resume import ObjectChangedError
 
 __all__ = ["ConnectionPool", "PooledBody", "network_error", "status_error", "TRANSIENT_STATUSES"]
@@ -29,7 +29,6 @@ __all__ = ["ConnectionPool", "PooledBody", "network_error", "status_error", "TRA
 #: Statuses worth retrying: timeouts, throttling and server-side failures.
 TRANSIENT_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504, 509, 598, 599})
 
-_Key = tuple[str, str, int]
 # The read buffer size of a response (socket.makefile's default).
 _READ_BUFFER = io.DEFAULT_BUFFER_SIZE
 
@@ -167,9 +166,7 @@ class ConnectionPool:
         self.response_timeout = read_timeout if response_timeout is None else response_timeout
         self._ssl = ssl_context
         self.max_idle = max_idle
-        self._idle: dict[_Key, list[http.client.HTTPConnection]] = {}
-        self._lock = ForkSafeLock()
-        _POOLS.add(self)
+        self.idle: IdleConnections[http.client.HTTPConnection] = IdleConnections(max_idle)
 
     def _new(self, key: _Key) -> http.client.HTTPConnection:
         scheme, host, port = key
@@ -198,9 +195,7 @@ class ConnectionPool:
         key: _Key = (scheme, parts.hostname or "", parts.port or (443 if scheme == "https" else 80))
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         while True:
-            with self._lock:
-                idle = self._idle.get(key)
-                conn = idle.pop() if idle else None
+            conn = self.idle.take(key)
             reused = conn is not None
             if conn is None:
                 conn = self._new(key)
@@ -224,39 +219,13 @@ class ConnectionPool:
     def release(self, key: _Key, conn: http.client.HTTPConnection, *, reusable: bool) -> None:
         """Return a connection whose response was read to the end."""
         if reusable:
-            with self._lock:
-                idle = self._idle.setdefault(key, [])
-                if len(idle) < self.max_idle:
-                    idle.append(conn)
-                    return
-        conn.close()
+            self.idle.give(key, conn)
+        else:
+            conn.close()
 
     def close(self) -> None:
         """Close every idle connection."""
-        with self._lock:
-            conns = [c for idle in self._idle.values() for c in idle]
-            self._idle.clear()
-        for conn in conns:
-            conn.close()
-
-    def _forget_after_fork(self) -> None:
-        # In a forked child the idle connections are the parent's. Closing them here closes only
-        # the child's copies of the descriptors: no TLS close_notify is sent, and the parent's
-        # descriptors keep the connections open.
-        idle, self._idle = self._idle, {}
-        for conn in (c for conns in idle.values() for c in conns):
-            conn.close()
-
-
-_POOLS: weakref.WeakSet[ConnectionPool] = weakref.WeakSet()
-
-
-def _forget_pools_after_fork() -> None:
-    for pool in list(_POOLS):
-        pool._forget_after_fork()
-
-
-at_fork_in_child(_forget_pools_after_fork)
+        self.idle.close()
 
 
 def status_error(

@@ -28,16 +28,15 @@ import http.client
 import socket
 import ssl
 import struct
-import weakref
 from collections.abc import Mapping
 
-from ._forksafe import ForkSafeLock, at_fork_in_child
+from ._idle import IdleConnections
+from ._idle import Key as _Key
 
 __all__ = ["LeanPool", "LeanResponse"]
 
 _BUFFER = 1 << 16
 _MAX_HEAD = 1 << 16  # status line plus headers
-_Key = tuple[str, str, int]
 
 
 class LeanResponse:
@@ -127,9 +126,7 @@ class LeanPool:
         self.read_timeout = read_timeout
         self._ssl = ssl_context
         self.max_idle = max_idle
-        self._idle: dict[_Key, list[_Conn]] = {}
-        self._lock = ForkSafeLock()
-        _POOLS.add(self)
+        self.idle: IdleConnections[_Conn] = IdleConnections(max_idle)
 
     def _connect(self, key: _Key) -> _Conn:
         scheme, host, port = key
@@ -163,9 +160,7 @@ class LeanPool:
         lines.append("\r\n")
         request = "".join(lines).encode("latin-1")
         while True:
-            with self._lock:
-                idle = self._idle.get(key)
-                conn = idle.pop() if idle else None
+            conn = self.idle.take(key)
             reused = conn is not None
             if conn is None:
                 conn = self._connect(key)
@@ -186,12 +181,8 @@ class LeanPool:
                 conn.close()
                 raise
             if reusable:
-                with self._lock:
-                    idle = self._idle.setdefault(key, [])
-                    if len(idle) < self.max_idle:
-                        idle.append(conn)
-                        conn = None
-            if conn is not None:
+                self.idle.give(key, conn)
+            else:
                 conn.close()
             return resp
 
@@ -308,24 +299,4 @@ class LeanPool:
 
     def close(self) -> None:
         """Close every idle connection."""
-        with self._lock:
-            conns = [c for idle in self._idle.values() for c in idle]
-            self._idle.clear()
-        for conn in conns:
-            conn.close()
-
-    def _forget_after_fork(self) -> None:
-        idle, self._idle = self._idle, {}
-        for conn in (c for conns in idle.values() for c in conns):
-            conn.close()
-
-
-_POOLS: weakref.WeakSet[LeanPool] = weakref.WeakSet()
-
-
-def _forget_pools_after_fork() -> None:
-    for pool in list(_POOLS):
-        pool._forget_after_fork()
-
-
-at_fork_in_child(_forget_pools_after_fork)
+        self.idle.close()
