@@ -67,12 +67,11 @@ class ObjectGetter:
 
     def get(self, url: str, size: int = -1) -> bytes:
         """The bytes of ``url``; raises a SourceError when it cannot be had (or when stopped)."""
-        pid, scheme, source = self._source
-        if pid != os.getpid() or not url.startswith(scheme) or (not scheme and "://" in url):
-            head, sep, _ = url.partition("://")  # the same scheme for every object, usually
-            scheme = head + sep
-            source = get_source(url, self.storage_options)
-            self._source = (os.getpid(), scheme, source)
+        head, sep, _ = url.partition("://")
+        scheme = head if sep else ""  # the same for every object, usually ("": a local path)
+        if self._source[:2] != (os.getpid(), scheme):
+            self._source = (os.getpid(), scheme, get_source(url, self.storage_options))
+        source = self._source[2]
         get_into: Any = getattr(source, "get_into", None)
         once: Any = getattr(source, "open_once", None)
         if get_into is None and once is None:

@@ -165,7 +165,6 @@ class ConnectionPool:
         self.read_timeout = read_timeout
         self.response_timeout = read_timeout if response_timeout is None else response_timeout
         self._ssl = ssl_context
-        self.max_idle = max_idle
         self.idle: IdleConnections[http.client.HTTPConnection] = IdleConnections(max_idle)
 
     def _new(self, key: _Key) -> http.client.HTTPConnection:

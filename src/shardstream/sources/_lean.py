@@ -125,7 +125,6 @@ class LeanPool:
         self.response_timeout = response_timeout
         self.read_timeout = read_timeout
         self._ssl = ssl_context
-        self.max_idle = max_idle
         self.idle: IdleConnections[_Conn] = IdleConnections(max_idle)
 
     def _connect(self, key: _Key) -> _Conn:

@@ -24,7 +24,7 @@ from ..errors import (
 from ._httpclient import PooledBody, network_error, status_error
 from ._resume import ObjectChangedError
 
-__all__ = ["error_code", "s3_error", "translate"]
+__all__ = ["code_in", "error_code", "s3_error", "translate"]
 
 _CODE = re.compile(rb"<Code>([^<]{1,64})</Code>")
 
@@ -125,12 +125,17 @@ def error_code(body: PooledBody) -> str | None:
         n = 0
         while n < len(buf) and (got := body.readinto(view[n:])):
             n += got
-        match = _CODE.search(bytes(buf[:n]))
-        return match.group(1).decode("ascii", "replace") if match else None
+        return code_in(bytes(buf[:n]))
     except Exception:
         return None
     finally:
         body.close()
+
+
+def code_in(data: bytes) -> str | None:
+    """The ``<Code>`` of an S3 XML error body already read (its first 2 KiB are searched)."""
+    match = _CODE.search(data[:2048])
+    return match.group(1).decode("ascii", "replace") if match else None
 
 
 def translate(exc: BaseException, url: str, action: str = "open", *, endpoint: str) -> SourceError:

@@ -38,12 +38,12 @@ from ..config import UNSET
 from ..errors import ConfigurationError, SourceError, redact_url
 from ._forksafe import ForkSafeLock
 from ._httpclient import ConnectionPool
+from ._idle import Key as Address
 from ._lean import LeanPool
 from ._resume import Opened, ResumableReader, range_header
 from ._retry import RetryPolicy
-from ._s3_errors import _CODE as _ERROR_CODE
 from ._s3_errors import _CODES as _CODES
-from ._s3_errors import error_code, s3_error
+from ._s3_errors import code_in, error_code, s3_error
 from ._s3_errors import translate as _translate
 from ._s3_writer import S3Writer
 from ._sigv4 import Credentials, SigV4Signer, uri_encode
@@ -171,8 +171,7 @@ class S3Source:
         self._client_pid = os.getpid()
         self.region: str | None = self._client.meta.region_name
         self._signer = SigV4Signer(self._frozen_credentials, self.region or "us-east-1")
-        self._bases: dict[str, tuple[str, str, str]] = {}  # bucket -> (scheme, host, path prefix)
-        self._addresses: dict[tuple[str, str], tuple[str, str, int]] = {}  # (scheme, Host) -> key
+        self._bases: dict[str, tuple[Address, str, str]] = {}  # bucket -> (address, Host, prefix)
         self.pool = ConnectionPool(
             connect_timeout=connect_timeout,
             read_timeout=read_timeout,
@@ -265,32 +264,36 @@ class S3Source:
         frozen = found.get_frozen_credentials()
         return Credentials(frozen.access_key, frozen.secret_key, frozen.token)
 
-    def _base(self, bucket: str, url: str) -> tuple[str, str, str]:
-        """Scheme, ``Host`` and path prefix of ``bucket``'s objects, as botocore addresses them
-        (path or virtual style, region endpoints): learned from one presigned URL per bucket."""
+    def _base(self, bucket: str, url: str) -> tuple[Address, str, str]:
+        """Address (scheme, hostname, port), ``Host`` and path prefix of ``bucket``'s objects, as
+        botocore addresses them (path or virtual style, region endpoints): learned from one
+        presigned URL per bucket."""
         base = self._bases.get(bucket)
         if base is None:
             signed = self._presign("get_object", f"s3://{bucket}/k", shown=url)
             parts = urlsplit(signed)
-            base = (parts.scheme.lower(), parts.netloc, parts.path[: -len("k")])
+            scheme = parts.scheme.lower()
+            port = parts.port or (443 if scheme == "https" else 80)
+            base = ((scheme, parts.hostname or "", port), parts.netloc, parts.path[: -len("k")])
             self._bases[bucket] = base
         return base
 
     def signed_request(self, method: str, url: str) -> tuple[str, dict[str, str]]:
         """The HTTP URL of ``s3://bucket/key`` and the headers that sign a ``method`` request
         for it (none with ``anon=True``). Costs about 15 us of CPU (see :mod:`._sigv4`)."""
-        scheme, host, path, headers = self._signed_parts(method, url)
-        return f"{scheme}://{host}{path}", headers
+        address, host, path, headers = self._signed_parts(method, url)
+        return f"{address[0]}://{host}{path}", headers
 
-    def _signed_parts(self, method: str, url: str) -> tuple[str, str, str, dict[str, str]]:
-        """``(scheme, host, path, headers)`` of a signed ``method`` request for ``url``."""
+    def _signed_parts(self, method: str, url: str) -> tuple[Address, str, str, dict[str, str]]:
+        """``(address, host, path, headers)`` of a signed ``method`` request for ``url``:
+        ``address`` is ``(scheme, hostname, port)``, ``host`` the ``Host`` header."""
         bucket, key = parse_s3_url(url)
         try:
-            scheme, host, prefix = self._base(bucket, url)
+            address, host, prefix = self._base(bucket, url)
             path = prefix + uri_encode(key)
             if self.anon:
-                return scheme, host, path, {"Host": host}
-            return scheme, host, path, self._signer.sign(method, host, path)
+                return address, host, path, {"Host": host}
+            return address, host, path, self._signer.sign(method, host, path)
         except SourceError:
             raise
         except Exception as exc:
@@ -312,7 +315,8 @@ class S3Source:
             raise self.translate(exc, shown or url) from exc
         return signed
 
-    def _opener(self, url: str, end: int | None, offset: int, etag: str | None) -> Opened:
+    def _get_headers(self, url: str, offset: int, end: int | None, etag: str | None) -> dict[str, str]:
+        """The unsigned headers of a GET of bytes ``[offset, end)`` (counted in ``requests``)."""
         headers = {"Accept-Encoding": "identity"}
         byte_range = range_header(offset, end)
         if byte_range is not None:
@@ -321,6 +325,11 @@ class S3Source:
             headers["If-Match"] = etag
         with self._count_lock:
             self.requests[url] += 1
+        return headers
+
+    def _opener(self, url: str, end: int | None, offset: int, etag: str | None) -> Opened:
+        headers = self._get_headers(url, offset, end, etag)
+        byte_range = headers.get("Range")
         target, signature = self.signed_request("GET", url)
         body = self.pool.request("GET", target, headers={**headers, **signature})
         resp = body.response
@@ -357,20 +366,9 @@ class S3Source:
         concurrency); failures are shardstream errors, and body bytes that arrived before a
         failure stay in ``sink``. About a third of ``open_once``'s client CPU (see ``_lean``)."""
         start = len(sink)
-        headers = {"Accept-Encoding": "identity"}
-        if start:
-            headers["Range"] = f"bytes={start}-"
-        if etag:
-            headers["If-Match"] = etag
-        with self._count_lock:
-            self.requests[url] += 1
+        headers = self._get_headers(url, start, None, etag)
         try:
-            scheme, host, path, signature = self._signed_parts("GET", url)
-            address = self._addresses.get((scheme, host))
-            if address is None:
-                parts = urlsplit(f"{scheme}://{host}/")
-                port = parts.port or (443 if scheme == "https" else 80)
-                address = self._addresses[scheme, host] = (scheme, parts.hostname or "", port)
+            address, _, path, signature = self._signed_parts("GET", url)
             signature.update(headers)
             resp = self.lean.get(address, path, signature, sink)
         except SourceError:
@@ -383,9 +381,7 @@ class S3Source:
             del sink[start:]
             if status == 416 and start:  # the range starts at the end: nothing was missing
                 return resp.headers.get("etag") or etag
-            match = _ERROR_CODE.search(body[:2048])
-            code = match.group(1).decode("ascii", "replace") if match else None
-            raise s3_error(status, code, url, endpoint=self.endpoint_url)
+            raise s3_error(status, code_in(body), url, endpoint=self.endpoint_url)
         if status == 200 and start:  # the server ignored the Range: the body is the whole object
             del sink[:start]
         return resp.headers.get("etag") or etag
