@@ -83,15 +83,47 @@ def test_off_wraps_nothing_and_says_how_to_turn_it_on(make_shards: ShardFactory)
     it = iter(ds)
     next(it)
     names = _timed_generators(ds)
-    assert "clocked" not in names and "timed_guarded" not in names
+    assert "clocked" not in names and "timed_map" not in names
     it.close()  # type: ignore[attr-defined]
     stats = json.loads(json.dumps(ds.stats()))
     assert stats["telemetry"] is False and "SHARDSTREAM_TELEMETRY=1" in stats["verdict"]
     on = ss.Dataset(spec).map(slow_map).batched(2).with_telemetry()
     it = iter(on)
     next(it)
-    assert {"clocked", "timed_guarded"} <= set(_timed_generators(on))
+    assert {"clocked", "timed_map"} <= set(_timed_generators(on))
     it.close()  # type: ignore[attr-defined]
+
+
+def test_counts_are_exact_at_every_moment_and_the_reader_is_timed_by_the_map_after_it(
+    make_shards: ShardFactory,
+) -> None:
+    # Untimed items pass in runs (1 to 255 items); a count read in the middle of a run, at its
+    # end, or after the consumer stopped is still exact.
+    spec, _ = make_shards(counts=[600, 400])
+    ds = ss.Dataset(spec, shuffle_shards=False, telemetry=True).decode().map(lambda s: s)
+    it = iter(ds)
+    names = None
+    for k in range(1, 1001):
+        next(it)
+        if names is None:
+            names = _timed_generators(ds)
+        if k in (1, 63, 64, 65, 200, 333, 517, 999):
+            by_kind = {s["kind"]: s["items"] for s in ds.stats()["stages"] if s["kind"] in ("decode", "map")}
+            assert ds.stats()["samples"] == k and by_kind == {"decode": k, "map": k}, k
+    # The reading node has no timing layer of its own: the decode loop times its pulls (the
+    # last node is timed as a whole: the consumer's wait).
+    assert names is not None and names[-4:] == ["_run", "_run", "timed_map", "clocked"], names
+    assert ds.stats()["stages"][1]["stage"] == "3:read tar"
+    it.close()  # type: ignore[attr-defined]
+    assert ds.stats()["samples"] == 1000
+    # Stopped in the middle of the second epoch's runs: exact too.
+    for k, _ in enumerate(ds, 1):
+        if k == 777:
+            break
+    assert ds.stats()["samples"] == 1777
+    # A reader followed by something else than a map keeps its layer.
+    shuffled = ss.Dataset(spec, telemetry=True).shuffle(10).to_tuple("__key__", "txt")
+    assert len(list(shuffled)) == 1000 and shuffled.stats()["samples"] == 1000
 
 
 def test_the_environment_turns_it_on(make_shards: ShardFactory, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -9,8 +9,10 @@ uninstrumented one.
 Own time per stage in a chain of generators: a map stage's loop times its function (its *own*
 time); any other node is wrapped in a layer that times its ``next()``, which includes every
 node upstream (*inclusive* time), and its own time is that minus the inclusive time of what is
-upstream. Shard-level stages (shard lists, splitters, the empty-epoch check) are not wrapped:
-they are cheap, and what little they cost counts in the next wrapped stage. The reading stage
+upstream. A node followed by a map stage (the reading node, before ``decode``) gets no layer:
+the map stage's loop times its pulls instead, which saves a generator resumption per item.
+Shard-level stages (shard lists, splitters, the empty-epoch check) are not wrapped: they are
+cheap, and what little they cost counts in the next wrapped stage. The reading stage
 also gets a timed source, which splits its time into waiting for bytes (``io``: open and read
 calls, timed exactly) and parsing tar members into samples (``read tar``). The last node is
 always timed as a whole: the time the consumer waits for the pipeline.
@@ -22,13 +24,14 @@ Retries and throttles are counted from the retry lines the resumable reader logs
 from __future__ import annotations
 
 import copy
+import inspect
 import logging
 import os
 import time
 import uuid
 from typing import Any, Literal
 
-from ._telemetry_clock import Slot, clocked, timed_guarded
+from ._telemetry_clock import Slot, clocked, timed_map
 from ._telemetry_io import TimedSource, retry_counter
 from ._telemetry_report import one_line, process_view, summarize
 from ._telemetry_stages import skip_counters, stage_kind, stage_label
@@ -56,6 +59,8 @@ class Recorder:
         self.token = uuid.uuid4().hex[:12]  # tells the loader when a worker's counters restart
         self.slots: list[Slot] = []
         self._cursor = self._k = 0  # slots and stages seen in the pass being built
+        # The last layer put in: (node, slot, what it wraps, shard-level nodes built after it).
+        self._layer: tuple[Node, Slot, Any, list[Node]] | None = None
         self.io_ns = self.io_bytes = self.opens = 0
         self.collate_ns = self.batches = 0
         self.sources: list[tuple[Any, dict[str, int]]] = []
@@ -77,6 +82,7 @@ class Recorder:
         if os.getpid() != self.pid:
             self._reset()
         self._cursor = self._k = 0
+        self._layer = None
         return self
 
     def instrument(self, node: Node, stage: Any) -> None:
@@ -87,13 +93,16 @@ class Recorder:
         self._k += 1
         kind = stage_kind(stage)
         if kind == "shards":
+            if self._layer is not None:  # a pass-through (the empty-epoch check) after a layer
+                self._layer[3].append(node)
             return
         mapped = type(node) is _MapNode and isinstance(stage, MapStage)
         slot = self._slot(f"{k}:{stage_label(stage)}", kind, "own" if mapped else "inclusive", stage)
         if mapped:
             assert isinstance(node, _MapNode) and node.upstream is not None
-            node._it = timed_guarded(
-                node.upstream, node.fn, stage.handler, stage.stats, stage.drop_none, slot, self
+            up = self._unlayer(node.upstream)
+            node._it = timed_map(
+                node.upstream, node.fn, stage.handler, stage.stats, stage.drop_none, slot, self, up
             )
             return
         config = getattr(node, "stage", None)
@@ -103,7 +112,27 @@ class Recorder:
             timed.source = TimedSource(config.source, self)
             node.stage = timed  # type: ignore[attr-defined]
             self._watch(config.source)
+        self._layer = (node, slot, node._it, [])
         node._it = clocked(node._it, slot, self)
+
+    def _unlayer(self, upstream: Node) -> Slot | None:
+        """Take the timing layer off the node a map stage is built on, when it was the last layer
+        put in and nothing has started (the map stage's loop then times its pulls instead); the
+        layer's slot, or None. Shard-level nodes in between (the empty-epoch check) have not
+        started either, and count in the pulls."""
+        layer, self._layer = self._layer, None
+        if layer is None:
+            return None
+        node, slot, inner, between = layer
+        while upstream is not node:
+            if all(upstream is not b for b in between) or not _unstarted(upstream._it):
+                return None
+            assert upstream.upstream is not None
+            upstream = upstream.upstream
+        if getattr(node._it, "gi_code", None) is not clocked.__code__ or not _unstarted(node._it):
+            return None
+        node._it = inner
+        return slot
 
     def consumer(self, last: Node) -> None:
         """Time the pass's last node as a whole (unless it is already wrapped in a layer)."""
@@ -156,7 +185,7 @@ class Recorder:
             if s.last > last:
                 last = s.last
             stats = s.stage.__dict__.get("_stats") if hasattr(s.stage, "__dict__") else None
-            per_node += (s.items, s.estimate(), stats.skipped if stats is not None else 0)
+            per_node += (s.count(), s.estimate(), stats.skipped if stats is not None else 0)
         out = (
             first,
             last,
@@ -182,7 +211,7 @@ class Recorder:
             k = next((i for i, s in enumerate(slots) if s.kind == "read"), len(slots) - 1)
             self._light_key = (len(slots), k)
         k = self._light_key[1]
-        items = slots[k].items if slots else 0
+        items = slots[k].count() if slots else 0
         return (now, self.collate_ns, self.batches, self.opens, self.io_bytes, k, items)
 
     def view(self) -> dict[str, Any]:
@@ -194,6 +223,10 @@ class Recorder:
         self.next_log = self._next_log(now)
         where = "worker" if in_worker() else "pipeline"
         log.info("telemetry (%s %d): %s", where, os.getpid(), one_line(summarize([self.view()])))
+
+
+def _unstarted(it: Any) -> bool:
+    return inspect.isgenerator(it) and inspect.getgeneratorstate(it) == inspect.GEN_CREATED
 
 
 # -- what DataPipeline uses ------------------------------------------------------------------------

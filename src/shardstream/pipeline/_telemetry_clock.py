@@ -3,18 +3,26 @@
 Reading the clock costs about as much as a small stage, so neither times every item. The first
 64 pulls are timed one by one (start-up: a shuffle buffer filling, a first shard opening); after
 that a node whose pulls take at least :data:`SLOW_NS` on average (batches) stays timed at every
-pull, and a faster one is sampled at random gaps (mean 64), so that no periodic pattern of the
-data (a shard boundary every 10,000 samples) is always or never sampled. A sampled time is
-scaled by the number of pulls it stands for. Time spent in the source (the recorder's
-``io_ns``, measured exactly by the timed source) is taken out of every timed pull, so that rare
-expensive pulls (a shard opening) never enter a scaled sample.
+pull, and a faster one is sampled at random gaps (1 to 255 pulls, mean about 120), so that no
+periodic pattern of the data (a shard boundary every 10,000 samples) is always or never sampled.
+A sampled time is scaled by the number of pulls it stands for. Time spent in the source (the
+recorder's ``io_ns``, measured exactly by the timed source) is taken out of every timed pull, so
+that rare expensive pulls (a shard opening) never enter a scaled sample.
 
 * :func:`clocked` wraps a node's generator: it measures the node's *inclusive* time (its own
-  plus everything upstream) and counts items exactly.
-* :func:`timed_guarded` replaces the loop of a map stage (the same try/handler/skip loop as
+  plus everything upstream).
+* :func:`timed_map` replaces the loop of a map stage (the same try/handler/skip loop as
   :func:`~shardstream.pipeline.base.guarded`): it times the function alone (the stage's *own*
-  time) and adds no generator layer. It is a copy of that loop, not a flag on it, so that the
-  untimed loop costs nothing when telemetry is off.
+  time) and adds no generator layer. Given the slot of the node upstream (``up``), it also
+  times that node's pulls, so that node needs no layer of its own: this is how the reading
+  node, followed by a decode or map stage, is timed. It is a copy of that loop, not a flag on
+  it, so that the untimed loop costs nothing when telemetry is off.
+
+Counting every item in Python would cost more than everything else here (an attribute
+increment allocates an int). Untimed items therefore pass in runs, ``zip(range(n), it)``: the
+run's range iterator is kept in the slot, and :meth:`Slot.count` reads how far it got. Counts
+are exact at any moment (a batch sent by a DataLoader worker carries exact sample counts), for
+the price of a tuple unpack per item.
 """
 
 from __future__ import annotations
@@ -22,20 +30,25 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Iterable, Iterator
-from itertools import islice
+from operator import length_hint
 from typing import Any, Protocol
 
 from ..handlers import Handler
 from .base import StageStats
 
-__all__ = ["SLOW_NS", "WARMUP", "Clock", "Slot", "clocked", "timed_guarded"]
+__all__ = ["SLOW_NS", "WARMUP", "Clock", "Slot", "clocked", "timed_map"]
 
 #: Pulls timed one by one before sampling may start.
 WARMUP = 64
 #: A node whose pulls take at least this long on average (batches of samples) is timed at every
 #: pull: the clock then costs under 0.1% of the pull.
 SLOW_NS = 250_000
-_GAPS = tuple(random.Random(16).randint(1, 127) for _ in range(97))
+_rng = random.Random(16)  # the same gaps in every process and run
+_GAPS = tuple(_rng.randint(1, 255) for _ in range(97))
+del _rng
+#: The runs between two timed items: range objects made once (``iter()`` of one is a run).
+_RUNS = tuple(range(n) for n in range(max(_GAPS)))
+_NO_RUN: Iterator[int] = iter(())
 _END = object()
 
 
@@ -50,18 +63,40 @@ class Clock(Protocol):
 
 class Slot:
     """Counters of one node, I/O excluded: pulls timed one by one (``exact_ns``), and sampled
-    pulls (``sampled_ns`` over ``sampled`` of them) that stand for ``span`` pulls."""
+    pulls (``sampled_ns`` over ``sampled`` of them) that stand for ``span`` pulls. ``items``
+    counts the items of finished runs; :meth:`count` adds the run in progress (``run``, a range
+    iterator, advanced once per item, of ``run_len`` items)."""
 
     __slots__ = (
-        "label", "kind", "mode", "stage",
-        "items", "exact_ns", "sampled_ns", "sampled", "span", "first", "last", "head",
+        "label", "kind", "mode", "stage", "items", "run", "run_len",
+        "exact_ns", "sampled_ns", "sampled", "span", "first", "last", "head",
     )  # fmt: skip
 
     def __init__(self, label: str, kind: str, mode: str, stage: Any) -> None:
         self.label, self.kind, self.mode, self.stage = label, kind, mode, stage
         self.items = self.exact_ns = self.sampled_ns = self.sampled = self.span = 0
+        self.run: Iterator[int] = _NO_RUN
+        self.run_len = 0
         self.first = self.last = 0
         self.head = 0  # the first pulls of every pass, I/O included (start-up)
+
+    def count(self) -> int:
+        """Items so far, exact: the finished runs and the part of the current one."""
+        return self.items + self.run_len - length_hint(self.run)
+
+    def start_run(self, run: Iterator[int], n: int) -> None:
+        self.run, self.run_len = run, n
+
+    def end_run(self, done: int) -> None:
+        """The current run ends after ``done`` items (each stands in the sampled estimate)."""
+        self.items += done
+        self.span += done
+        self.run, self.run_len = _NO_RUN, 0
+
+    def end_open_run(self) -> None:
+        """End a run left in the middle (the consumer stopped, or the error policy ended it)."""
+        if self.run_len:
+            self.end_run(self.run_len - length_hint(self.run))
 
     def estimate(self) -> int:
         """Nanoseconds: the exact part plus the sampled part scaled to the pulls it stands for."""
@@ -73,12 +108,12 @@ class Slot:
 def clocked(it: Iterator[Any], slot: Slot, rec: Clock) -> Iterator[Any]:
     """Yield ``it``'s items, timing their pulls (inclusive time, I/O excluded).
 
-    Between two sampled pulls the items pass through ``islice`` (a C loop): an untimed item
-    costs one resumption and one count.
+    Between two sampled pulls the items pass in a run (a C loop): an untimed item costs one
+    resumption and one tuple unpack.
     """
     clock = time.perf_counter_ns
     gaps, g = _GAPS, 0
-    n = warm = last_run = 0
+    n = warm = 0
     exact = True  # the warm-up, and nodes slow enough to time every pull
     if not slot.first:
         slot.first = clock()
@@ -86,10 +121,7 @@ def clocked(it: Iterator[Any], slot: Slot, rec: Clock) -> Iterator[Any]:
         while True:
             t = clock()
             io = rec.io_ns
-            try:
-                item = next(it)
-            except StopIteration:
-                item = _END
+            item = next(it, _END)
             now = clock()
             spent = now - t - (rec.io_ns - io)
             if exact:
@@ -97,10 +129,10 @@ def clocked(it: Iterator[Any], slot: Slot, rec: Clock) -> Iterator[Any]:
                 warm += spent
                 if not n:
                     slot.head += now - t
-            else:  # this pull stands for itself and the untimed run before it
+            else:  # this pull stands for itself and the untimed run after it
                 slot.sampled_ns += spent
                 slot.sampled += 1
-                slot.span += last_run + 1
+                slot.span += 1
             slot.last = now
             if now >= rec.next_log:
                 rec.tick(now)
@@ -115,15 +147,17 @@ def clocked(it: Iterator[Any], slot: Slot, rec: Clock) -> Iterator[Any]:
                 exact = False  # fast pulls: sample from here on
             want = gaps[g] - 1
             g = (g + 1) % len(gaps)
-            before = slot.items
-            for item in islice(it, want):
-                slot.items += 1  # per item: a batch sent now carries the exact count
+            run = iter(_RUNS[want])
+            slot.start_run(run, want)
+            i = -1
+            for i, item in zip(run, it, strict=False):  # noqa: B007 - i: how far the run got
                 yield item
-            last_run = slot.items - before
-            if last_run < want:  # the source ended during the run (an untimed pull found it)
-                slot.span += last_run + 1
+            slot.end_run(i + 1)
+            if i + 1 < want:  # the source ended during the run (an untimed pull found it)
+                slot.span += 1
                 return
     finally:
+        slot.end_open_run()
         close = getattr(it, "close", None)
         if close is not None:
             close()
@@ -136,7 +170,7 @@ def _skip(exn: Exception, handler: Handler, stats: StageStats) -> bool:
     return bool(go_on)
 
 
-def timed_guarded(
+def timed_map(
     src: Iterable[Any],
     fn: Callable[[Any], Any],
     handler: Handler,
@@ -144,53 +178,94 @@ def timed_guarded(
     drop_none: bool,
     slot: Slot,
     rec: Clock,
+    up: Slot | None = None,
 ) -> Iterator[Any]:
-    """:func:`~shardstream.pipeline.base.guarded` with ``fn`` timed: the first 64 calls, then one
-    per run of calls of random length (mean 64). Items are counted per run."""
+    """:func:`~shardstream.pipeline.base.guarded` with ``fn`` timed (own time): the first 64
+    calls, then one per run of calls of random length (mean about 120). With ``up``, the pulls from
+    ``src`` are timed at the same points and counted there (``src``'s inclusive time, I/O
+    excluded), in place of a :func:`clocked` layer on ``src``."""
     clock = time.perf_counter_ns
     gaps, g = _GAPS, 0
-    k = gap = 1  # calls until the next timed one; the length of the current run
-    warm = 0  # calls timed one by one so far
+    timed = 0  # calls timed one by one so far (the warm-up)
+    it = iter(src)
+    if not slot.first:
+        slot.first = clock()
+    if up is not None and not up.first:
+        up.first = slot.first
     try:
-        for item in src:
-            k -= 1
-            if k:
-                try:
-                    out = fn(item)
-                except Exception as exn:
-                    if _skip(exn, handler, stats):
-                        continue
+        while True:
+            # One timed item: its pull (with ``up``) and its call.
+            if up is None:
+                item = next(it, _END)
+                if item is _END:
                     return
+                t = clock()
             else:
                 t = clock()
+                io = rec.io_ns
+                item = next(it, _END)
+                now = clock()
+                spent = now - t - (rec.io_ns - io)
+                if timed < WARMUP:
+                    up.exact_ns += spent
+                else:  # this pull stands for itself and the untimed run after it
+                    up.sampled_ns += spent
+                    up.sampled += 1
+                    up.span += 1
+                up.last = t = now
+                if item is _END:
+                    return
+                up.items += 1
+            slot.items += 1
+            try:
+                out = fn(item)
+            except Exception as exn:
+                if _skip(exn, handler, stats):
+                    continue  # time the next item instead
+                return
+            now = clock()
+            if timed < WARMUP:
+                slot.exact_ns += now - t
+                timed += 1
+            else:
+                slot.sampled_ns += now - t
+                slot.sampled += 1
+                slot.span += 1
+            slot.last = now
+            if now >= rec.next_log:
+                rec.tick(now)
+            if not (drop_none and out is None):
+                yield out
+            if timed < WARMUP:
+                continue
+            # A run of untimed items, counted by how far its range iterator got. (A chain of C
+            # iterators, ``map(fn, ...)``, costs more: a call from C into a Python function is
+            # not inlined as a call from bytecode is.)
+            want = gaps[g] - 1
+            g = (g + 1) % len(gaps)
+            run = iter(_RUNS[want])
+            slot.start_run(run, want)
+            if up is not None:
+                up.start_run(run, want)
+            i = -1
+            for i, item in zip(run, it, strict=False):  # noqa: B007 - i: how far the run got
                 try:
                     out = fn(item)
                 except Exception as exn:
-                    k = 1  # time the next call instead
                     if _skip(exn, handler, stats):
                         continue
                     return
-                now = clock()
-                if warm < WARMUP:
-                    slot.exact_ns += now - t
-                    slot.items += 1
-                    warm += 1
-                    k = 1
-                else:
-                    slot.sampled_ns += now - t
-                    slot.sampled += 1
-                    slot.span += gap
-                    slot.items += gap
-                if warm >= WARMUP:
-                    k = gap = gaps[g]
-                    g = (g + 1) % len(gaps)
-                slot.last = now
-                if now >= rec.next_log:
-                    rec.tick(now)
-            if drop_none and out is None:
-                continue
-            yield out
+                if drop_none and out is None:
+                    continue
+                yield out
+            slot.end_run(i + 1)
+            if up is not None:
+                up.end_run(i + 1)
+            if i + 1 < want:  # the source ended during the run (an untimed pull found it)
+                if up is not None:
+                    up.span += 1
+                return
     finally:
-        if warm >= WARMUP:  # the calls of the unfinished run
-            slot.items += gap - k
-            slot.span += gap - k
+        slot.end_open_run()
+        if up is not None:
+            up.end_open_run()
