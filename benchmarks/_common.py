@@ -41,11 +41,14 @@ IMAGE_SPEC = (2_000, 8)
 
 
 def _live_children_cpu(pid: int) -> float:
-    """CPU seconds of ``pid``'s live descendants (persistent DataLoader workers, subprocesses),
-    from ``/proc``; 0 where there is no ``/proc``."""
+    """CPU seconds of ``pid``'s live descendants running this Python (forked DataLoader workers,
+    persistent ones included), from ``/proc``; 0 where there is no ``/proc``. Other programs
+    (the S3 server a benchmark starts, which is not the client) are left out; short-lived tools
+    (curl, s5cmd) are counted once they are reaped."""
     total = 0.0
     try:
         tids = os.listdir(f"/proc/{pid}/task")
+        exe = os.readlink("/proc/self/exe")
     except OSError:
         return 0.0
     ticks = os.sysconf("SC_CLK_TCK")
@@ -57,6 +60,8 @@ def _live_children_cpu(pid: int) -> float:
             continue
         for child in children:
             try:
+                if os.readlink(f"/proc/{child}/exe") != exe:
+                    continue
                 with open(f"/proc/{child}/stat") as f:
                     fields = f.read().rsplit(")", 1)[1].split()
             except OSError:

@@ -10,7 +10,10 @@ an empty training loop with batch size 4 reads them through:
 (c) ``shardstream.ObjectDataset`` and ``shardstream.ObjectStream``, DataLoader with 2 workers;
 (d) the same data packed into tar shards (``shardstream pack``), read by webdataset 1.0.2 over
     ``pipe:s5cmd cat``;
-(e) the ceiling: ``curl --parallel --parallel-max 64`` over presigned URLs of every object.
+(e) the ceiling: ``curl --parallel --parallel-max 64`` over presigned URLs of every object;
+(f) the floor the DataLoader itself sets: ready-made batches of the same bytes, no I/O, from 2
+    workers (its per-batch hand-off and the workers' start-up cost CPU that the server, on the
+    same 2 cores, then lacks).
 
 It prints samples/s (objects/s for the ceiling) and CPU-seconds per 1,000 samples (this process,
 DataLoader workers and subprocesses; the server's CPU is not counted), then the ratios of the
@@ -154,6 +157,25 @@ class LocalFiles:
         return (self.root / f"{i:06d}.bin").read_bytes(), (self.root / f"{i:06d}.cls").read_bytes()
 
 
+def ready_batches() -> Any:
+    """(f) The DataLoader's own cost: an IterableDataset whose workers yield ready batches of the
+    same bytes (no I/O at all), split between the workers like ObjectStream's samples."""
+    import torch
+
+    class ReadyBatches(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
+        def __init__(self) -> None:
+            self.payloads = [_payload(i) for i in range(SAMPLES)]
+
+        def __iter__(self) -> Iterator[tuple[list[bytes], list[bytes]]]:
+            info = torch.utils.data.get_worker_info()
+            k, n = (info.id, info.num_workers) if info is not None else (0, 1)
+            for start in range(k * BATCH, SAMPLES, n * BATCH):
+                batch = range(start, min(start + BATCH, SAMPLES))
+                yield [self.payloads[i] for i in batch], [str(i % 10).encode() for i in batch]
+
+    return ReadyBatches()
+
+
 def _raw_collate(batch: list[Any]) -> list[Any]:
     return batch
 
@@ -181,6 +203,7 @@ def cases(
     stream = (
         ss.ObjectStream(url, storage_options=opts, shuffle=True, seed=0).to_tuple("bin", "cls").batched(BATCH)
     )
+    ready = ready_batches()
     env = {**os.environ, **server.env()}
     scratch = Path(tempfile.mkdtemp(prefix="bench-s5cmd-"))
 
@@ -214,6 +237,10 @@ def cases(
         (
             "(c) ObjectStream, 2 workers",
             lambda: _stream_count(DataLoader(stream, batch_size=None, num_workers=2)),
+        ),
+        (
+            "(f) DataLoader floor, 2 w",
+            lambda: _stream_count(DataLoader(ready, batch_size=None, num_workers=2)),
         ),
         (
             "(d) tar via webdataset+s5cmd",
@@ -383,6 +410,15 @@ def main(argv: list[str] | None = None) -> int:
             if other in by:
                 best, paired = paired_ratio(ours, by[other], lambda m: m.rate)
                 lines.append(f"- ObjectStream / {other}: **{best:.2f}x** (median per round {paired:.2f}x)")
+        floor = by["(f) DataLoader floor, 2 w"].best
+        lines.append(
+            f"- (f) the DataLoader alone (2 workers, ready batches of {BATCH}, no I/O) costs "
+            f"{floor.cpu_per_1k:.2f} CPU-s per 1k samples: ObjectStream's "
+            f"{ours.best.cpu_per_1k:.2f} includes it; curl's "
+            f"{by['(e) curl, 64 parallel'].best.cpu_per_1k:.2f} does not"
+            if "(e) curl, 64 parallel" in by
+            else f"- (f) the DataLoader alone costs {floor.cpu_per_1k:.2f} CPU-s per 1k samples"
+        )
         best, _ = paired_ratio(
             by["(c) ObjectDataset, 2 workers"], by["(b) s5cmd copy sampler, 2 w"], lambda m: m.rate
         )

@@ -6,12 +6,15 @@ also by ``max_bytes`` of fetched-but-not-consumed data. Results come back in job
 (``ordered=True``) or as they complete. A failed job is delivered as its exception (a value), so
 the consumer's error policy decides; nothing else is cancelled by it.
 
-Why threads with the pooled ``http.client`` client (measured in ``benchmarks/bench_objects.py``):
-a signed GET costs about 0.15 ms of CPU in Python either way, the GIL is released while a thread
-waits on its socket, and a blocking client lets the fetch reuse the S3 source's connection pool,
-retries and error mapping unchanged. asyncio would need a second HTTP client with its own
-resume and error mapping for no CPU saving at these request sizes (the event loop's own cost per
-request is about the same as a thread switch); obstore stays a possible optional backend.
+Why threads with a blocking client (the S3 source's lean HTTP/1.1 client; measured in
+``benchmarks/bench_objects.py``): a signed GET costs about 0.15 ms of CPU in Python either way,
+the GIL is released while a thread waits on its socket, and a blocking client lets the fetch
+reuse the S3 source's connections, retries and error mapping unchanged. The threads are plain
+ones fed through two ``queue.SimpleQueue`` (jobs out, results back), not an executor's futures,
+whose condition variables cost tens of microseconds per job. asyncio would need a second HTTP
+client with its own resume and error mapping for no CPU saving at these request sizes (the event
+loop's own cost per request is about the same as a thread switch); obstore stays a possible
+optional backend.
 
 Stopping: closing the iterator (a ``break``, a DataLoader shutting down its worker, garbage
 collection) sets the stop event, cancels jobs not started, wakes backoff sleeps and joins every
@@ -21,11 +24,10 @@ source's timeouts; objects are small) and its connection goes back to the pool.
 
 from __future__ import annotations
 
-import collections
+import queue
 import threading
 from collections.abc import Callable, Generator, Iterable
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 __all__ = ["DEFAULT_MAX_BYTES", "DEFAULT_WINDOW", "FetchAhead"]
 
@@ -72,11 +74,17 @@ class FetchAhead(Generic[J, R]):
     def run(self, jobs: Iterable[J]) -> Generator[tuple[J, R | BaseException], None, None]:
         """``(job, result or exception)`` for every job; close the generator to stop early."""
         self.stop.clear()
-        pending: collections.deque[tuple[J, Future[R], int]] = collections.deque()
+        # Jobs go to the threads and results come back through two C-level queues: a job costs
+        # two puts and two gets (about 1 us each), where a Future and its condition variables
+        # cost tens of microseconds and a lock allocated per wait.
+        todo: queue.SimpleQueue[tuple[int, J] | None] = queue.SimpleQueue()
+        done: queue.SimpleQueue[tuple[int, Any, BaseException | None]] = queue.SimpleQueue()
+        threads: list[threading.Thread] = []
+        pending: dict[int, tuple[J, int]] = {}  # submitted, not yet delivered: job, size
+        arrived: dict[int, tuple[Any, BaseException | None]] = {}  # finished, not yet delivered
         source = iter(jobs)
         exhausted = False
-        held = 0
-        pool = ThreadPoolExecutor(self.window, thread_name_prefix="shardstream-fetch")
+        submitted = delivered = held = 0
         try:
             while True:
                 while not exhausted and len(pending) < self.window and (not pending or held < self.max_bytes):
@@ -85,28 +93,69 @@ class FetchAhead(Generic[J, R]):
                         exhausted = True
                         break
                     size = self.nbytes(job) if self.nbytes is not None else 0  # type: ignore[arg-type]
-                    pending.append((job, pool.submit(self.fetch, job), size))  # type: ignore[arg-type]
+                    pending[submitted] = (job, size)  # type: ignore[assignment]
+                    todo.put((submitted, job))  # type: ignore[arg-type]
+                    submitted += 1
                     held += size
+                    if len(threads) < len(pending):  # a thread per job in flight, up to the window
+                        thread = threading.Thread(
+                            target=_work,
+                            args=(self.fetch, todo, done),
+                            name=f"shardstream-fetch_{len(threads)}",
+                            daemon=True,
+                        )
+                        thread.start()
+                        threads.append(thread)
                 if not pending:
                     return
                 if self.ordered:
-                    job, future, size = pending.popleft()
+                    while delivered not in arrived:
+                        seq, result, error = done.get()
+                        arrived[seq] = (result, error)
+                    seq = delivered
+                    delivered += 1
+                elif arrived:
+                    seq = next(iter(arrived))
                 else:
-                    done, _ = wait([f for _, f, _ in pending], return_when=FIRST_COMPLETED)
-                    k = next(k for k, (_, f, _) in enumerate(pending) if f in done)
-                    job, future, size = pending[k]
-                    del pending[k]
+                    seq, result, error = done.get()
+                    arrived[seq] = (result, error)
+                result, error = arrived.pop(seq)
+                job, size = pending.pop(seq)
                 held -= size
-                error = future.exception()
-                yield job, (error if error is not None else future.result())
+                yield job, (error if error is not None else result)
         finally:
             self.stop.set()
-            for _, future, _ in pending:
-                future.cancel()
-            pool.shutdown(wait=True, cancel_futures=True)
+            while True:  # cancel the jobs no thread has taken
+                try:
+                    todo.get_nowait()
+                except queue.Empty:
+                    break
+            for _ in threads:
+                todo.put(None)
+            for thread in threads:
+                thread.join()
             # Every fetch thread has ended: the event may go down again, so that fetches made
             # directly afterwards (a shuffle buffer refilled on restore, map-style access) run.
             self.stop.clear()
+
+
+def _work(
+    fetch: Callable[[Any], Any],
+    todo: queue.SimpleQueue[Any],
+    done: queue.SimpleQueue[tuple[int, Any, BaseException | None]],
+) -> None:
+    """A fetch thread: jobs from ``todo`` until it gets None, each result or error to ``done``."""
+    while True:
+        item = todo.get()
+        if item is None:
+            return
+        seq, job = item
+        try:
+            result = fetch(job)
+        except BaseException as exn:  # delivered in the job's place; the consumer's policy decides
+            done.put((seq, None, exn))
+        else:
+            done.put((seq, result, None))
 
 
 _END = object()

@@ -136,6 +136,7 @@ class Recorder:
 
     def consumer(self, last: Node) -> None:
         """Time the pass's last node as a whole (unless it is already wrapped in a layer)."""
+        self._layer = None  # the pass is built: hold none of its nodes
         if getattr(last._it, "gi_code", None) is not clocked.__code__:
             last._it = clocked(last._it, self._slot("consumer", "consumer", "inclusive", None), self)
 
