@@ -12,8 +12,9 @@ process patches into the last full set. The main process keeps the latest counte
 worker; a worker started again (non-persistent workers start anew every epoch) has a new
 recorder, whose counters are added to those of its predecessors.
 
-The counters a worker sends with its last batch miss only the pull that found the end of its
-data, the last items of sampled map stages (counted at their end), and up to 50 ms of stage times.
+With its last batch a worker sends exact samples, batches, opens and bytes; the other stages'
+times and item counts are those of its last full set, at most 50 ms old (and without the pull
+that found the end of its data).
 """
 
 from __future__ import annotations

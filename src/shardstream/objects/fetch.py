@@ -81,7 +81,7 @@ class FetchAhead(Generic[J, R]):
         done: queue.SimpleQueue[tuple[int, Any, BaseException | None]] = queue.SimpleQueue()
         threads: list[threading.Thread] = []
         pending: dict[int, tuple[J, int]] = {}  # submitted, not yet delivered: job, size
-        arrived: dict[int, tuple[Any, BaseException | None]] = {}  # finished, not yet delivered
+        arrived: dict[int, tuple[Any, BaseException | None]] = {}  # ordered: finished, not yet due
         source = iter(jobs)
         exhausted = False
         submitted = delivered = held = 0
@@ -108,18 +108,15 @@ class FetchAhead(Generic[J, R]):
                         threads.append(thread)
                 if not pending:
                     return
-                if self.ordered:
+                if self.ordered:  # results that arrive early wait in ``arrived`` for their turn
                     while delivered not in arrived:
                         seq, result, error = done.get()
                         arrived[seq] = (result, error)
                     seq = delivered
                     delivered += 1
-                elif arrived:
-                    seq = next(iter(arrived))
+                    result, error = arrived.pop(seq)
                 else:
                     seq, result, error = done.get()
-                    arrived[seq] = (result, error)
-                result, error = arrived.pop(seq)
                 job, size = pending.pop(seq)
                 held -= size
                 yield job, (error if error is not None else result)
