@@ -49,6 +49,14 @@ class Concurrency:
             self.in_flight += 1
             return True
 
+    def try_acquire(self) -> bool:
+        """Take a free slot if there is one, without waiting."""
+        with self._cond:
+            if self.in_flight >= int(self.limit):
+                return False
+            self.in_flight += 1
+            return True
+
     def release(self, *, ok: bool) -> None:
         with self._cond:
             self.in_flight -= 1

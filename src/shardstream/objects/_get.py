@@ -65,13 +65,17 @@ class ObjectGetter:
         # (pid, scheme, source) of the last object: get_source costs microseconds per call
         self._source: tuple[int, str, Any] = (-1, "", None)
 
-    def get(self, url: str, size: int = -1) -> bytes:
-        """The bytes of ``url``; raises a SourceError when it cannot be had (or when stopped)."""
+    def source_for(self, url: str) -> Any:
+        """The source of ``url`` in this process (kept for the next object of the same scheme)."""
         head, sep, _ = url.partition("://")
         scheme = head if sep else ""  # the same for every object, usually ("": a local path)
         if self._source[:2] != (os.getpid(), scheme):
             self._source = (os.getpid(), scheme, get_source(url, self.storage_options))
-        source = self._source[2]
+        return self._source[2]
+
+    def get(self, url: str, size: int = -1) -> bytes:
+        """The bytes of ``url``; raises a SourceError when it cannot be had (or when stopped)."""
+        source = self.source_for(url)
         get_into: Any = getattr(source, "get_into", None)
         once: Any = getattr(source, "open_once", None)
         if get_into is None and once is None:

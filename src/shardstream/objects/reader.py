@@ -15,9 +15,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ..errors import ConfigurationError
+from ..sources._lean_multi import AVAILABLE as LOOP_AVAILABLE
 from ._aimd import Concurrency
 from ._get import ObjectGetter
 from .fetch import DEFAULT_MAX_BYTES, DEFAULT_WINDOW, FetchAhead
+from .fetch_loop import loop_fetch
 from .samples import SampleTable
 
 __all__ = ["ObjectReader"]
@@ -32,6 +34,8 @@ class ObjectReader:
         window: requests in flight per process at most (default 32).
         max_bytes: bytes fetched ahead and not yet consumed, at most (default 256 MiB).
         ordered: deliver a stream in order (default) or as samples complete.
+        loop: fetch S3 objects on the consuming thread's epoll loop (default, on Linux) rather
+            than on a thread per request in flight (see :mod:`.fetch_loop`).
     """
 
     def __init__(
@@ -42,6 +46,7 @@ class ObjectReader:
         window: int = DEFAULT_WINDOW,
         max_bytes: int = DEFAULT_MAX_BYTES,
         ordered: bool = True,
+        loop: bool = True,
     ) -> None:
         if window < 1:
             raise ConfigurationError(f"window={window}: need at least 1 request in flight")
@@ -50,6 +55,7 @@ class ObjectReader:
         self.window = window
         self.max_bytes = max_bytes
         self.ordered = ordered
+        self.loop = loop
         self._reset()
 
     def _reset(self) -> None:
@@ -61,7 +67,7 @@ class ObjectReader:
         self._lock = threading.Lock()
 
     def __getstate__(self) -> dict[str, Any]:
-        keep = ("table", "storage_options", "window", "max_bytes", "ordered")
+        keep = ("table", "storage_options", "window", "max_bytes", "ordered", "loop")
         return {k: self.__dict__[k] for k in keep}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -94,6 +100,9 @@ class ObjectReader:
         self._here()
         if len(indices) <= 1:
             return [self._try(i) for i in indices]
+        if self._loop_source() is not None:
+            got = dict(self.stream(indices))
+            return [got[i] for i in indices]
         pool = self._threads()
         self._stop.clear()
         return list(pool.map(self._try, indices))
@@ -113,6 +122,9 @@ class ObjectReader:
     def stream(self, indices: Iterable[int]) -> Iterator[tuple[int, dict[str, Any] | BaseException]]:
         """``(i, sample or error)`` for ``indices``, fetched ahead (see :class:`FetchAhead`)."""
         self._here()
+        source = self._loop_source()
+        if source is not None:  # S3: one thread on epoll (see fetch_loop)
+            return loop_fetch(self, source, indices)
         engine: FetchAhead[int, dict[str, Any]] = FetchAhead(
             self.sample,
             window=self.window,
@@ -122,6 +134,13 @@ class ObjectReader:
             stop=self._stop,
         )
         return engine.run(indices)
+
+    def _loop_source(self) -> Any:
+        """The source, when its objects can be fetched by the epoll loop; else None."""
+        if not LOOP_AVAILABLE or not self.loop:
+            return None
+        source = self.getter.source_for(self.table.manifest.root)
+        return source if hasattr(source, "get_request") else None
 
     def close(self) -> None:
         """Stop the batch threads of this process (a later call starts them again)."""

@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from ._idle import IdleConnections
 from ._idle import Key as _Key
 
-__all__ = ["LeanPool", "LeanResponse"]
+__all__ = ["LeanPool", "LeanResponse", "render_request"]
 
 _BUFFER = 1 << 16
 _MAX_HEAD = 1 << 16  # status line plus headers
@@ -47,6 +47,14 @@ class LeanResponse:
     def __init__(self) -> None:
         self.status = 0
         self.headers: dict[str, str] = {}
+
+
+def render_request(method: str, target: str, headers: Mapping[str, str]) -> bytes:
+    """The bytes of a request without a body (``headers`` must include ``Host``)."""
+    lines = [f"{method} {target} HTTP/1.1\r\n"]
+    lines += [f"{name}: {value}\r\n" for name, value in headers.items()]
+    lines.append("\r\n")
+    return "".join(lines).encode("latin-1")
 
 
 def _timeval(seconds: float) -> bytes:
@@ -154,10 +162,7 @@ class LeanPool:
         """Send ``method target`` to ``key`` = (scheme, host, port) and append the whole body to
         ``sink``. ``headers`` must include ``Host``. On an error, the body bytes that arrived are
         in ``sink`` and the exception propagates."""
-        lines = [f"{method} {target} HTTP/1.1\r\n"]
-        lines += [f"{name}: {value}\r\n" for name, value in headers.items()]
-        lines.append("\r\n")
-        request = "".join(lines).encode("latin-1")
+        request = render_request(method, target, headers)
         while True:
             conn = self.idle.take(key)
             reused = conn is not None

@@ -52,7 +52,7 @@ def uri_encode(path: str) -> str:
 
 
 def _hmac(key: bytes, text: str) -> bytes:
-    return hmac.new(key, text.encode(), hashlib.sha256).digest()
+    return hmac.digest(key, text.encode(), "sha256")
 
 
 class SigV4Signer:
@@ -142,9 +142,10 @@ class SigV4Signer:
         canonical = f"{method}\n{path}\n{query}\n{canonical_headers}\n{signed_names}\n{payload_hash}"
         scope = datestamp + self._scope_tail
         to_sign = f"AWS4-HMAC-SHA256\n{amz_date}\n{scope}\n{hashlib.sha256(canonical.encode()).hexdigest()}"
-        signature = hmac.new(
-            self.signing_key(creds.secret_key, datestamp), to_sign.encode(), hashlib.sha256
-        ).hexdigest()
+        # hmac.digest: OpenSSL's one-shot HMAC, a few microseconds less than an hmac.new object
+        signature = hmac.digest(
+            self.signing_key(creds.secret_key, datestamp), to_sign.encode(), "sha256"
+        ).hex()
         out = {"Host": host, "x-amz-content-sha256": payload_hash, "x-amz-date": amz_date}
         if creds.token:
             out["x-amz-security-token"] = creds.token

@@ -39,7 +39,7 @@ from ..errors import ConfigurationError, SourceError, redact_url
 from ._forksafe import ForkSafeLock
 from ._httpclient import ConnectionPool
 from ._idle import Key as Address
-from ._lean import LeanPool
+from ._lean import LeanPool, render_request
 from ._resume import Opened, ResumableReader, range_header
 from ._retry import RetryPolicy
 from ._s3_errors import _CODES as _CODES
@@ -385,6 +385,16 @@ class S3Source:
         if status == 200 and start:  # the server ignored the Range: the body is the whole object
             del sink[:start]
         return resp.headers.get("etag") or etag
+
+    def get_request(self, url: str) -> tuple[Address, bytes]:
+        """``(address, request bytes)`` of one signed GET of the whole object ``url``, for a
+        caller that sends it itself (the objects' fetch loop, :mod:`._lean_multi`, on the lean
+        client's connections); counted in ``requests``. An answer that is not a 2xx goes back to
+        :meth:`get_into`, which turns it into the right error."""
+        headers = self._get_headers(url, 0, None, None)
+        address, _, path, signature = self._signed_parts("GET", url)
+        signature.update(headers)
+        return address, render_request("GET", path, signature)
 
     def open(self, url: str, *, offset: int = 0, length: int | None = None) -> BinaryIO:
         """Open bytes ``[offset, offset + length)`` of ``s3://bucket/key`` (to the end when

@@ -1,0 +1,471 @@
+"""Many whole-body GETs at once from one thread: the lean client's connections, non-blocking, on epoll.
+
+With a thread per request in flight, every small GET pays for waking its thread and handing
+over the GIL, several times: on our 2-core runner a window of 32 threads costs about 0.3 ms of
+client CPU per 1-40 KB object, twice the GET itself. One thread that writes requests on
+non-blocking sockets and reads whichever answers ``epoll`` reports costs about 0.08 ms per GET
+(measured with ``benchmarks/bench_objects.py``, which records the comparison). This module is
+that thread's HTTP/1.1 part; the caller decides what to request and what to do with each answer.
+
+The connections are the :class:`~._lean.LeanPool`'s: idle ones are taken from it (and given back
+when :meth:`LeanMulti.close` is called, blocking again), new ones are connected without blocking
+(TCP, then the TLS handshake for ``https``). Only answers with a ``Content-Length`` (or none,
+for HEAD/204/304) are read here; anything else (a chunked body, a body ended by the connection's
+close, a malformed answer, a timeout, a reset) is delivered as the request's error, and the
+caller retries it with the blocking client, which handles every case. A reused connection that
+the server had closed is reopened once and the request sent again (GET is idempotent).
+
+Linux only (``select.epoll``); :data:`AVAILABLE` says whether it can be used here.
+"""
+
+from __future__ import annotations
+
+import errno
+import http.client
+import os
+import select
+import socket
+import ssl
+import time
+from typing import Any
+
+from ._idle import Key
+from ._lean import LeanPool, _Conn
+
+__all__ = ["AVAILABLE", "Answer", "LeanMulti"]
+
+AVAILABLE = hasattr(select, "epoll")
+
+_IN = getattr(select, "EPOLLIN", 1)
+_OUT = getattr(select, "EPOLLOUT", 4)
+_WOULD_BLOCK = (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
+
+# job states
+_CONNECTING, _HANDSHAKE, _SENDING, _RECEIVING = range(4)
+
+
+class Answer:
+    """One finished request: ``status``, ``head`` (the header block, lower-cased) and ``body``, or
+    ``error``."""
+
+    __slots__ = ("token", "status", "head", "body", "error")
+
+    def __init__(self, token: Any) -> None:
+        self.token = token
+        self.status = 0
+        self.head = b""
+        self.body = b""
+        self.error: BaseException | None = None
+
+    def __repr__(self) -> str:
+        return f"Answer(status={self.status}, bytes={len(self.body)}, error={self.error!r})"
+
+
+class _Job:
+    __slots__ = (
+        "token", "key", "request", "conn", "state", "mask", "sent", "reused", "head", "body",
+        "length", "got", "deadline", "answer", "keep",
+    )  # fmt: skip
+
+    def __init__(self, token: Any, key: Key, request: bytes) -> None:
+        self.token = token
+        self.key = key
+        self.request = request
+        self.conn: _Conn | None = None
+        self.state = _CONNECTING
+        self.mask = 0  # the events watched on the connection
+        self.sent = 0
+        self.reused = False
+        self.head = False  # the status line and headers have been parsed
+        self.body: bytearray | None = None  # a body too large for the connection's buffer
+        self.length = 0
+        self.got = 0
+        self.deadline = 0.0
+        self.answer = Answer(token)
+        self.keep = True
+
+
+class LeanMulti:
+    """Requests in flight on non-blocking connections of ``pool``, driven by :meth:`wait`.
+
+    Not thread-safe, except :meth:`wake`: one thread submits and waits.
+    """
+
+    def __init__(self, pool: LeanPool) -> None:
+        if not AVAILABLE:
+            raise OSError("LeanMulti needs select.epoll (Linux)")
+        self.pool = pool
+        self._ep = select.epoll()
+        self._jobs: dict[int, _Job] = {}  # fd -> the job on that connection
+        self._idle: dict[Key, list[_Conn]] = {}  # connections between two requests, still watched
+        self._idle_fd: dict[int, tuple[Key, _Conn]] = {}
+        self._addresses: dict[Key, list[Any]] = {}
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._ep.register(self._wake_r, _IN)
+        self._next_check = 0.0
+        self.closed = False
+
+    def __len__(self) -> int:
+        """Requests in flight."""
+        return len(self._jobs)
+
+    # -- submitting ---------------------------------------------------------------------------------
+
+    def submit(self, token: Any, key: Key, request: bytes) -> Answer | None:
+        """Start ``request`` (the whole request's bytes) to ``key`` = (scheme, host, port). Its
+        :class:`Answer` comes from a later :meth:`wait`, or at once when it fails to start."""
+        job = _Job(token, key, request)
+        try:
+            try:
+                self._start(job)
+            except _Stale:
+                self._again(job)
+        except Exception as exc:
+            self._retire(job, keep=False)
+            job.answer.error = exc
+            return job.answer
+        return None
+
+    def _start(self, job: _Job) -> None:
+        key = job.key
+        idle = self._idle.get(key)
+        if idle:
+            conn = idle.pop()
+            del self._idle_fd[conn.sock.fileno()]
+            job.mask = _IN  # idle connections stay watched for reading
+        else:
+            taken = self.pool.idle.take(key)
+            if taken is None:
+                self._connect(job)
+                return
+            conn = taken
+            conn.sock.setblocking(False)
+            self._ep.register(conn.sock.fileno(), _IN)
+            job.mask = _IN
+        job.reused = True
+        job.conn = conn
+        job.deadline = time.monotonic() + self.pool.response_timeout
+        self._jobs[conn.sock.fileno()] = job
+        job.state = _SENDING
+        self._send(job)
+
+    def _again(self, job: _Job) -> None:
+        """Send ``job`` again on a new connection (its reused one was closed by the server)."""
+        self._retire(job, keep=False)
+        job.reused = job.head = False
+        job.sent = 0
+        self._connect(job)
+
+    def _connect(self, job: _Job) -> None:
+        scheme, host, port = job.key
+        infos = self._addresses.get(job.key)
+        if infos is None:  # resolved once per host (blocking, like socket.create_connection)
+            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            self._addresses[job.key] = infos
+        family, kind, proto, _, address = infos[0]
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            code = sock.connect_ex(address)
+            if code not in (0, errno.EINPROGRESS):
+                raise OSError(code, f"cannot connect to {host}:{port}: {os.strerror(code)}")
+        except BaseException:
+            sock.close()
+            raise
+        job.conn = _Conn(sock, plain=scheme != "https")
+        job.state = _CONNECTING
+        job.deadline = time.monotonic() + self.pool.connect_timeout
+        self._jobs[sock.fileno()] = job
+        self._ep.register(sock.fileno(), _OUT)
+        job.mask = _OUT
+
+    # -- progress -----------------------------------------------------------------------------------
+
+    def _watch(self, job: _Job, mask: int) -> None:
+        if job.mask != mask:
+            assert job.conn is not None
+            self._ep.modify(job.conn.sock.fileno(), mask)
+            job.mask = mask
+
+    def _send(self, job: _Job) -> None:
+        """Write what remains of the request; once it is all written, wait for the answer."""
+        conn = job.conn
+        assert conn is not None
+        try:
+            job.sent += conn.sock.send(job.request[job.sent :] if job.sent else job.request)
+        except _WOULD_BLOCK:
+            pass
+        except (ConnectionResetError, BrokenPipeError):
+            if job.reused:
+                raise _Stale() from None
+            raise
+        if job.sent < len(job.request):
+            self._watch(job, _OUT)
+            return
+        job.state = _RECEIVING
+        conn.start = conn.end = 0
+        self._watch(job, _IN)
+
+    def _advance(self, job: _Job) -> bool:
+        """Move ``job`` on after an event; True when its answer is complete."""
+        conn = job.conn
+        assert conn is not None
+        if job.state == _CONNECTING:
+            code = conn.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+            if code:
+                raise OSError(code, f"cannot connect to {job.key[1]}:{job.key[2]}: {os.strerror(code)}")
+            if conn.plain:
+                job.state = _SENDING
+            else:  # the TLS socket keeps the descriptor, so its epoll registration stays
+                ctx = self.pool._ssl if self.pool._ssl is not None else ssl.create_default_context()
+                conn.sock = ctx.wrap_socket(
+                    conn.sock, server_hostname=job.key[1], do_handshake_on_connect=False
+                )
+                job.state = _HANDSHAKE
+        if job.state == _HANDSHAKE:
+            try:
+                conn.sock.do_handshake()  # type: ignore[attr-defined]
+            except ssl.SSLWantReadError:
+                self._watch(job, _IN)
+                return False
+            except ssl.SSLWantWriteError:
+                self._watch(job, _OUT)
+                return False
+            job.state = _SENDING
+            job.deadline = time.monotonic() + self.pool.response_timeout
+        if job.state == _SENDING:
+            self._send(job)
+            if job.state != _RECEIVING:
+                return False
+        return self._receive(job)
+
+    def _receive(self, job: _Job) -> bool:
+        """Read what arrived; True when the answer is complete."""
+        conn = job.conn
+        assert conn is not None
+        sock = conn.sock
+        while True:
+            body = job.body
+            try:
+                if body is not None:
+                    with memoryview(body) as view:
+                        n = sock.recv_into(view[job.got :])
+                    job.got += n
+                else:
+                    n = sock.recv_into(conn.view[conn.end :])
+                    conn.end += n
+            except _WOULD_BLOCK:
+                if job.head:
+                    job.deadline = time.monotonic() + self.pool.read_timeout
+                return False
+            except ConnectionResetError:
+                if job.reused and not job.head and conn.end == 0:
+                    raise _Stale() from None
+                raise
+            if not n:
+                if job.reused and not job.head and conn.end == 0:
+                    raise _Stale()
+                raise http.client.IncompleteRead(b"", job.length - job.got if job.head else None)
+            if not job.head:
+                while not job.head:  # (a 1xx answer may be followed by the real one)
+                    end = conn.buf.find(b"\r\n\r\n", 0, conn.end)
+                    if end < 0:
+                        if conn.end == len(conn.buf):
+                            raise http.client.LineTooLong("response headers longer than 64 KiB")
+                        break
+                    if self._parse_head(job, end):
+                        return True
+            elif body is not None:
+                if job.got == job.length:
+                    job.answer.body = bytes(body)
+                    return True
+            elif self._buffered_body(job):
+                return True
+
+    def _buffered_body(self, job: _Job) -> bool:
+        """Whether the whole body is in the connection's buffer (then it becomes the answer's)."""
+        conn = job.conn
+        assert conn is not None
+        have = conn.end - conn.start
+        if have < job.length:
+            return False
+        if have > job.length:
+            raise http.client.HTTPException("the server sent more bytes than Content-Length")
+        job.answer.body = bytes(conn.view[conn.start : conn.end])
+        return True
+
+    def _parse_head(self, job: _Job, end: int) -> bool:
+        """Parse the status line and headers ending at ``end``; True when the answer is complete.
+
+        Only the status and the three headers that frame the body are read (by searching the
+        lower-cased header block: a dict of every header costs more than the rest of the GET);
+        the block itself is kept in ``Answer.head``."""
+        conn = job.conn
+        assert conn is not None
+        answer = job.answer
+        head = bytes(conn.view[:end]).lower()
+        line_end = head.find(b"\r\n")
+        parts = (head if line_end < 0 else head[:line_end]).split(b" ", 2)
+        if len(parts) < 2 or not parts[0].startswith(b"http/1.") or not parts[1].isdigit():
+            raise http.client.BadStatusLine(head[:100].decode("latin-1"))
+        status = int(parts[1])
+        start = end + 4
+        if status < 200:  # 1xx: drop it, the real answer follows
+            left = conn.end - start
+            conn.view[:left] = conn.view[start : conn.end]
+            conn.end = left
+            return False
+        answer.status = status
+        answer.head = head
+        connection = _field(head, b"\r\nconnection:")
+        job.keep = b"close" not in connection and (parts[0] != b"http/1.0" or b"keep-alive" in connection)
+        job.head = True
+        conn.start = start
+        if job.request.startswith(b"HEAD ") or status in (204, 304):
+            job.length = 0
+        else:
+            length = _field(head, b"\r\ncontent-length:")
+            if not length.isdigit() or b"\r\ntransfer-encoding:" in head:
+                raise http.client.HTTPException(
+                    "an answer without a plain Content-Length is left to the blocking client"
+                )
+            job.length = int(length)
+        if self._buffered_body(job):
+            return True
+        if start + job.length > len(conn.buf):  # larger than the buffer: a body of its own
+            have = conn.end - start
+            job.body = bytearray(job.length)
+            job.body[:have] = conn.view[start : conn.end]
+            job.got = have
+        return False
+
+    # -- waiting ------------------------------------------------------------------------------------
+
+    def wait(self, timeout: float | None = None) -> list[Answer]:
+        """Answers that completed (or failed), waiting up to ``timeout`` seconds for the first
+        (``None``: until one completes or :meth:`wake` is called)."""
+        wait = 1.0 if timeout is None else min(timeout, 1.0)
+        done: list[Answer] = []
+        while True:
+            events = self._ep.poll(wait)
+            woken = False
+            for fd, _ in events:
+                job = self._jobs.get(fd)
+                if job is None:
+                    if fd == self._wake_r:
+                        woken = True
+                        try:
+                            while os.read(self._wake_r, 4096):
+                                pass
+                        except BlockingIOError:
+                            pass
+                    else:  # an idle connection became readable: the server closed it
+                        self._drop_idle(fd)
+                    continue
+                try:
+                    complete = self._advance(job)
+                except _Stale:
+                    try:
+                        self._again(job)
+                    except Exception as exc:
+                        self._retire(job, keep=False)
+                        job.answer.error = exc
+                        done.append(job.answer)
+                    continue
+                except Exception as exc:
+                    job.answer.error = exc
+                    self._retire(job, keep=False)
+                    done.append(job.answer)
+                    continue
+                if complete:
+                    self._retire(job, keep=job.keep)
+                    done.append(job.answer)
+            now = time.monotonic()
+            if now >= self._next_check:
+                self._next_check = now + 0.5
+                for job in [j for j in self._jobs.values() if j.deadline < now]:
+                    job.answer.error = TimeoutError(
+                        f"no answer from {job.key[1]}:{job.key[2]} within the timeout"
+                    )
+                    self._retire(job, keep=False)
+                    done.append(job.answer)
+            if done or woken or timeout is not None:
+                return done
+
+    def wake(self) -> None:
+        """Make a :meth:`wait` in another thread return (thread-safe)."""
+        try:
+            os.write(self._wake_w, b"x")
+        except BlockingIOError:  # the pipe is full: a wake is pending anyway
+            pass
+
+    def _retire(self, job: _Job, *, keep: bool) -> None:
+        """The job's connection leaves it: kept idle (still watched) or closed."""
+        conn = job.conn
+        if conn is None:
+            return
+        job.conn = None
+        fd = conn.sock.fileno()
+        self._jobs.pop(fd, None)
+        if keep and job.state == _RECEIVING:
+            conn.start = conn.end = 0
+            if job.mask != _IN:
+                self._ep.modify(fd, _IN)
+            self._idle.setdefault(job.key, []).append(conn)
+            self._idle_fd[fd] = (job.key, conn)
+            return
+        try:
+            self._ep.unregister(fd)
+        except (OSError, ValueError):
+            pass
+        conn.close()
+
+    def _drop_idle(self, fd: int) -> None:
+        entry = self._idle_fd.pop(fd, None)
+        if entry is None:
+            return
+        key, conn = entry
+        self._idle[key].remove(conn)
+        self._ep.unregister(fd)
+        conn.close()
+
+    def close(self) -> None:
+        """Close the connections of requests in flight; give the idle ones back to the pool."""
+        if self.closed:
+            return
+        self.closed = True
+        for job in list(self._jobs.values()):
+            self._retire(job, keep=False)
+        for fd, (key, conn) in list(self._idle_fd.items()):
+            self._ep.unregister(fd)
+            try:
+                if conn.plain:
+                    conn.sock.setblocking(True)  # kernel timeouts stay as socket options
+                else:
+                    conn.sock.settimeout(conn.timeout if conn.timeout >= 0 else None)
+            except OSError:
+                conn.close()
+                continue
+            self.pool.idle.give(key, conn)
+        self._idle.clear()
+        self._idle_fd.clear()
+        self._ep.close()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+
+
+def _field(head: bytes, name: bytes) -> bytes:
+    """The value of header ``name`` (``b"\\r\\nname:"``, lower case) in a lower-cased header block."""
+    at = head.find(name)
+    if at < 0:
+        return b""
+    at += len(name)
+    stop = head.find(b"\r\n", at)
+    return (head[at:] if stop < 0 else head[at:stop]).strip()
+
+
+class _Stale(Exception):
+    """A reused connection was closed by the server before any answer: send again on a new one."""
