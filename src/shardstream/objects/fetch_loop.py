@@ -75,6 +75,7 @@ def loop_fetch(
     exhausted = False
     count = held = 0  # samples taken and not delivered; their bytes
     fast = 0  # requests in flight in the loop (each holds a slot of the gate)
+    finished = False
 
     def help_with(record: _Sample, ext: str, j: int) -> None:
         def run() -> None:
@@ -148,6 +149,7 @@ def loop_fetch(
                     yield record.i, (record.error if record.error is not None else record.sample)
             if not count:
                 if exhausted:
+                    finished = True  # every helper has delivered: nothing to stop
                     return
                 continue  # all delivered: take the next samples before waiting
             # wait for answers (or a helper's result)
@@ -172,10 +174,12 @@ def loop_fetch(
                     break
                 finish(record, ext, body, error)
     finally:
-        stop.set()
+        if not finished:  # stopped early: helpers' backoffs end, requests not started are dropped
+            stop.set()
+        if helpers is not None:  # (before the loop closes: a helper's last act is a wake)
+            helpers.shutdown(wait=True, cancel_futures=True)
         multi.close()
         for _ in range(fast):
             gate.release(ok=False)
-        if helpers is not None:
-            helpers.shutdown(wait=True, cancel_futures=True)
-        stop.clear()  # as FetchAhead: fetches made directly afterwards run
+        if not finished:
+            stop.clear()  # as FetchAhead: fetches made directly afterwards run

@@ -146,7 +146,6 @@ class LeanMulti:
             job.mask = _IN
         job.reused = True
         job.conn = conn
-        job.deadline = time.monotonic() + self.pool.response_timeout
         self._jobs[conn.sock.fileno()] = job
         job.state = _SENDING
         self._send(job)
@@ -206,6 +205,7 @@ class LeanMulti:
             self._watch(job, _OUT)
             return
         job.state = _RECEIVING
+        job.deadline = time.monotonic() + self.pool.response_timeout
         conn.start = conn.end = 0
         self._watch(job, _IN)
 
@@ -235,7 +235,6 @@ class LeanMulti:
                 self._watch(job, _OUT)
                 return False
             job.state = _SENDING
-            job.deadline = time.monotonic() + self.pool.response_timeout
         if job.state == _SENDING:
             self._send(job)
             if job.state != _RECEIVING:
@@ -396,7 +395,9 @@ class LeanMulti:
                 return done
 
     def wake(self) -> None:
-        """Make a :meth:`wait` in another thread return (thread-safe)."""
+        """Make a :meth:`wait` in another thread return (thread-safe; not after :meth:`close`)."""
+        if self.closed:
+            return
         try:
             os.write(self._wake_w, b"x")
         except BlockingIOError:  # the pipe is full: a wake is pending anyway
