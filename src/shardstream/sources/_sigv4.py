@@ -154,3 +154,32 @@ class SigV4Signer:
             f"SignedHeaders={signed_names}, Signature={signature}"
         )
         return out
+
+    def header_lines(self, method: str, host: str, path: str, payload_hash: str = EMPTY_SHA256) -> str:
+        """What :meth:`sign` returns for a request with no query and no extra signed headers,
+        as ``Name: value\\r\\n`` lines ready to send: the per-object GET of the objects' fetch
+        loop, where :meth:`sign`'s dict, sort and joins are a third of its cost."""
+        creds = self._credentials()
+        amz_date = self._amz_date()
+        datestamp = amz_date[:8]
+        token = creds.token
+        if token:
+            names = "host;x-amz-content-sha256;x-amz-date;x-amz-security-token"
+            extra = f"x-amz-security-token:{token}\n"
+        else:
+            names, extra = "host;x-amz-content-sha256;x-amz-date", ""
+        canonical = (
+            f"{method}\n{path}\n\nhost:{host}\nx-amz-content-sha256:{payload_hash}\nx-amz-date:{amz_date}\n"
+            f"{extra}\n{names}\n{payload_hash}"
+        )
+        scope = datestamp + self._scope_tail
+        to_sign = f"AWS4-HMAC-SHA256\n{amz_date}\n{scope}\n{hashlib.sha256(canonical.encode()).hexdigest()}"
+        signature = hmac.digest(
+            self.signing_key(creds.secret_key, datestamp), to_sign.encode(), "sha256"
+        ).hex()
+        token_line = f"x-amz-security-token: {token}\r\n" if token else ""
+        return (
+            f"Host: {host}\r\nx-amz-content-sha256: {payload_hash}\r\nx-amz-date: {amz_date}\r\n{token_line}"
+            f"Authorization: AWS4-HMAC-SHA256 Credential={creds.access_key}/{scope}, "
+            f"SignedHeaders={names}, Signature={signature}\r\n"
+        )

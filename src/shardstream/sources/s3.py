@@ -39,7 +39,7 @@ from ..errors import ConfigurationError, SourceError, redact_url
 from ._forksafe import ForkSafeLock
 from ._httpclient import ConnectionPool
 from ._idle import Key as Address
-from ._lean import LeanPool, render_request
+from ._lean import LeanPool
 from ._resume import Opened, ResumableReader, range_header
 from ._retry import RetryPolicy
 from ._s3_errors import _CODES as _CODES
@@ -391,10 +391,19 @@ class S3Source:
         caller that sends it itself (the objects' fetch loop, :mod:`._lean_multi`, on the lean
         client's connections); counted in ``requests``. An answer that is not a 2xx goes back to
         :meth:`get_into`, which turns it into the right error."""
-        headers = self._get_headers(url, 0, None, None)
-        address, _, path, signature = self._signed_parts("GET", url)
-        signature.update(headers)
-        return address, render_request("GET", path, signature)
+        with self._count_lock:
+            self.requests[url] += 1
+        bucket, key = parse_s3_url(url)
+        try:
+            address, host, prefix = self._base(bucket, url)
+            path = prefix + uri_encode(key)
+            lines = f"Host: {host}\r\n" if self.anon else self._signer.header_lines("GET", host, path)
+        except SourceError:
+            raise
+        except Exception as exc:
+            raise self.translate(exc, url) from exc
+        # one f-string: the request is the same shape for every object
+        return address, f"GET {path} HTTP/1.1\r\n{lines}Accept-Encoding: identity\r\n\r\n".encode("latin-1")
 
     def open(self, url: str, *, offset: int = 0, length: int | None = None) -> BinaryIO:
         """Open bytes ``[offset, offset + length)`` of ``s3://bucket/key`` (to the end when
