@@ -6,15 +6,13 @@ also by ``max_bytes`` of fetched-but-not-consumed data. Results come back in job
 (``ordered=True``) or as they complete. A failed job is delivered as its exception (a value), so
 the consumer's error policy decides; nothing else is cancelled by it.
 
-Why threads with a blocking client (the S3 source's lean HTTP/1.1 client; measured in
-``benchmarks/bench_objects.py``): a signed GET costs about 0.15 ms of CPU in Python either way,
-the GIL is released while a thread waits on its socket, and a blocking client lets the fetch
-reuse the S3 source's connections, retries and error mapping unchanged. The threads are plain
-ones fed through two ``queue.SimpleQueue`` (jobs out, results back), not an executor's futures,
-whose condition variables cost tens of microseconds per job. asyncio would need a second HTTP
-client with its own resume and error mapping for no CPU saving at these request sizes (the event
-loop's own cost per request is about the same as a thread switch); obstore stays a possible
-optional backend.
+Where it is used: for sources other than S3 (local files, ``http(s)://``, memory), and for S3
+where ``select.epoll`` is missing. S3 objects on Linux go through :mod:`.fetch_loop` instead: one
+thread on epoll costs about half the client CPU per object of this engine at the same window
+(``benchmarks/bench_objects.py`` compares both), because a thread per request pays for waking
+that thread and handing over the GIL several times per GET. The threads here are plain ones fed
+through two ``queue.SimpleQueue`` (jobs out, results back), not an executor's futures, whose
+condition variables cost tens of microseconds per job.
 
 Stopping: closing the iterator (a ``break``, a DataLoader shutting down its worker, garbage
 collection) sets the stop event, cancels jobs not started, wakes backoff sleeps and joins every
