@@ -326,7 +326,7 @@ def per_get_cpu(server: Any, n: int = 1_000) -> list[str]:
         "|---|---:|---:|",
     ]
     for name, fn in [
-        ("shardstream get_into (cached-key SigV4 + lean HTTP/1.1), what ObjectStream uses", ours),
+        ("shardstream get_into (cached-key SigV4 + lean HTTP/1.1), one blocking GET", ours),
         ("shardstream open_once (cached-key SigV4 + http.client), the shard path", ours_http_client),
         ("botocore presign per request + http.client (before)", presign),
         ("boto3 get_object", boto),
