@@ -9,8 +9,8 @@ the source's lean client and reads the answers that ``epoll`` reports
 (:class:`~._aimd.Concurrency`) as the threaded path, so a 503 SlowDown halves them.
 
 Why: a window of threads pays for waking a thread and handing over the GIL several times per
-GET, about 0.3 ms of client CPU per small object on our runner; this loop costs about a quarter
-of that (``benchmarks/bench_objects.py`` compares both in one process).
+GET; at the same window that engine costs 1.4-2.2x this loop's client CPU per sample on our
+runner (``benchmarks/bench_objects.py`` compares both in one process).
 
 Only the plain success (a 2xx with the whole body) is handled in the loop. Every other outcome
 (an error status, a throttle, a cut, a timeout, a chunked answer) sends that one object to

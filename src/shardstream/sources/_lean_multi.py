@@ -3,7 +3,7 @@
 With a thread per request in flight, every small GET pays for waking its thread and handing
 over the GIL, several times: on our 2-core runner a window of 32 threads costs about 0.3 ms of
 client CPU per 1-40 KB object, twice the GET itself. One thread that writes requests on
-non-blocking sockets and reads whichever answers ``epoll`` reports costs about 0.08 ms per GET
+non-blocking sockets and reads whichever answers ``epoll`` reports costs about 0.09-0.13 ms per GET
 (measured with ``benchmarks/bench_objects.py``, which records the comparison). This module is
 that thread's HTTP/1.1 part; the caller decides what to request and what to do with each answer.
 

@@ -323,9 +323,13 @@ class S3Source:
             headers["Range"] = byte_range
         if etag:
             headers["If-Match"] = etag
+        self._count(url)
+        return headers
+
+    def _count(self, url: str) -> None:
+        """One more GET of ``url`` in ``requests``."""
         with self._count_lock:
             self.requests[url] += 1
-        return headers
 
     def _opener(self, url: str, end: int | None, offset: int, etag: str | None) -> Opened:
         headers = self._get_headers(url, offset, end, etag)
@@ -391,8 +395,7 @@ class S3Source:
         caller that sends it itself (the objects' fetch loop, :mod:`._lean_multi`, on the lean
         client's connections); counted in ``requests``. An answer that is not a 2xx goes back to
         :meth:`get_into`, which turns it into the right error."""
-        with self._count_lock:
-            self.requests[url] += 1
+        self._count(url)
         bucket, key = parse_s3_url(url)
         try:
             address, host, prefix = self._base(bucket, url)
