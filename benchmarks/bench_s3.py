@@ -17,9 +17,13 @@ every round in this one process:
 
 Reported: samples/s, MB/s of shard bytes, CPU-seconds per GB on the client side (this process
 plus its pipe children; the server's CPU is not counted), and the ratios for the targets:
-shardstream >= 2x webdataset over pipe:s5cmd in samples/s, >= 80% of raw curl bandwidth on the
-image shards, and less CPU per GB than webdataset. The server is stopped by PID at the end,
-also on errors and Ctrl-C.
+shardstream >= 2x webdataset over pipe:s5cmd in samples/s (issue 3), >= 90% of raw curl bandwidth
+on the image shards (issue 12; it was 80% in issue 3), and less CPU per GB than webdataset. The
+server is stopped by PID at the end, also on errors and Ctrl-C.
+
+shardstream opens the next shard while it parses the current one (``ReadShards(read_ahead=True)``,
+the default): SeaweedFS takes 5-10 ms to start answering for each 7 MB shard here, about as long
+as the transfer itself, and curl, fetching the URLs one after another, waits for each.
 """
 
 from __future__ import annotations
@@ -166,12 +170,12 @@ def summarize(title: str, sides: list[Side], *, curl_target: bool) -> list[str]:
     if CURL in by:
         best, paired = paired_ratio(ours, by[CURL], lambda m: m.mb_per_s)
         if curl_target:
-            verdict = "MET" if paired >= 0.8 else "MISSED"
+            verdict = "MET" if min(best, paired) >= 0.9 else "MISSED"
         else:
             verdict = "n/a: the bandwidth target is for the image shards; tiny samples are parse-bound"
         rows.append(
             f"- shardstream bandwidth / raw curl: **{100 * best:.0f}%** best vs best, "
-            f"**{100 * paired:.0f}%** median per round (target >= 80%: **{verdict}**)"
+            f"**{100 * paired:.0f}%** median per round (target >= 90%: **{verdict}**)"
         )
     rows.append("")
     return rows

@@ -165,6 +165,9 @@ def _rest_of_shards(
     if offset >= 0:
         url = state.get("url") or _url(last.item(shard))
         units.append(Unit(url, -1 if offset else 0, None, offset))
+    ahead = state.get("ahead")  # the next shard, taken from the list ahead of its turn (read-ahead)
+    if ahead is not None:
+        units.append(Unit(_url(last.item(shard + 1)) if ahead is True else str(ahead), 0, None, 0))
     units.extend(Unit(_url(item), 0, None, 0) for item in last)
     for node in reversed(built):
         node.close()

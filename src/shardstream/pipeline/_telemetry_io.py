@@ -62,8 +62,34 @@ class TimedSource:
         self._rec.opens += 1
         return TimedStream(stream, self._rec)
 
+    def open_ahead(self, url: str) -> _TimedPending | None:
+        """The inner source's open started ahead (``None`` when it has none): the time the reading
+        stage waits for it in ``result`` counts as I/O, not the open's own time in its thread."""
+        start = getattr(self._inner, "open_ahead", None)
+        pending = start(url) if start is not None else None
+        return None if pending is None else _TimedPending(pending, self._rec)
+
     def __getattr__(self, name: str) -> Any:  # stat, close, stats, ...
         return getattr(self._inner, name)
+
+
+class _TimedPending:
+    """A pending open (``sources._ahead.PendingOpen``) whose stream is timed like ``TimedSource``'s."""
+
+    def __init__(self, pending: Any, rec: Recorder) -> None:
+        self._pending, self._rec = pending, rec
+
+    def result(self) -> TimedStream:
+        t = time.perf_counter_ns()
+        try:
+            stream = self._pending.result()
+        finally:
+            self._rec.io_ns += time.perf_counter_ns() - t
+        self._rec.opens += 1
+        return TimedStream(stream, self._rec)
+
+    def cancel(self) -> None:
+        self._pending.cancel()
 
 
 class _RetryCounter(logging.Handler):

@@ -83,23 +83,26 @@ class UnitsNode(Node):
 
 
 def read_span(
-    node: Any, stage: Any, url: str, offset: int, drop: int, count: int | None
+    node: Any, stage: Any, url: str, offset: int, drop: int, count: int | None, opening: Any = None
 ) -> Iterator[dict[str, Any]]:
     """Samples of ``url`` from byte ``offset``: the first ``drop`` skipped, at most ``count``.
 
     ``node.cursor`` follows the positions; an error goes to ``stage.handler`` (counted in
     ``stage.stats``), and a handler that ends the stream sets ``node.stopped``. The one reading
-    loop of the epoch planner and of elastically restored workers.
+    loop of the epoch planner and of elastically restored workers. ``opening``: the shard's
+    open started ahead (``pipeline.read.open_ahead``), for ``offset == 0``.
     """
     cursor = node.cursor
     cursor.next = offset
-    opened = stage.format.samples(stage.source, url, offset=offset, cursor=cursor)
-    samples: Iterator[dict[str, Any]] = opened
-    if drop:
-        samples = itertools.islice(samples, drop, None)
-    if count is not None:
-        samples = itertools.islice(samples, count)
+    opened: Any = None
     try:
+        stream = opening.result() if opening is not None else None  # its error is handled below
+        opened = stage.format.samples(stage.source, url, offset=offset, cursor=cursor, stream=stream)
+        samples: Iterator[dict[str, Any]] = opened
+        if drop:
+            samples = itertools.islice(samples, drop, None)
+        if count is not None:
+            samples = itertools.islice(samples, count)
         yield from samples
     except Exception as exn:
         go_on = stage.handler(exn)

@@ -31,7 +31,7 @@ from ..tar.samples import TarFormat
 from ._counts import CountSource, shard_counts
 from ._units import UnitsNode, read_span
 from .base import Node, RunContext, Stage, StateDict
-from .read import ShardFormat
+from .read import ShardFormat, open_ahead
 
 __all__ = ["PlannedSamples"]
 
@@ -66,6 +66,8 @@ class PlannedSamples(Stage):
             index: sample counts (mapping) or index location; default ``_info.json`` next to the
                 shards, else a counting pass (cached in this process; ``count_cache`` persists it).
             storage_options: options for opening index files.
+            read_ahead: open the next piece's shard while this piece is read (default True;
+                see :class:`~shardstream.pipeline.read.ReadShards`).
     """
 
     def __init__(
@@ -84,7 +86,9 @@ class PlannedSamples(Stage):
         index: CountSource = None,
         count_cache: str | None = None,
         storage_options: dict[str, Any] | None = None,
+        read_ahead: bool = True,
     ) -> None:
+        self.read_ahead = read_ahead
         if mode not in MODES:
             raise ConfigurationError(f"split mode {mode!r} is unknown; use one of {MODES}")
         if granularity not in GRANULARITIES:
@@ -166,6 +170,7 @@ class _PlannedNode(Node):
         self.offset = int(state.get("offset", -1))  # where the next one starts, when known
         self.makeup = bool(state.get("makeup", False))
         self.stopped = False  # the error policy ended the stream
+        self._opening: Any = None  # the next piece's shard, opened ahead (see read.open_ahead)
         self.pieces: Sequence[Piece] = ()
         if stage.counts is None:
             quotas = worker_quotas(
@@ -206,17 +211,25 @@ class _PlannedNode(Node):
         return sample
 
     # -- reading --------------------------------------------------------------------------------
-    def _samples(self, url: str, start: int, stop: int | None) -> Iterator[dict[str, Any]]:
-        """Samples ``[start + skip, stop)`` of a shard; from the saved byte offset when resuming."""
+    def _samples(
+        self, url: str, start: int, stop: int | None, opening: Any = None
+    ) -> Iterator[dict[str, Any]]:
+        """Samples ``[start + skip, stop)`` of a shard; from the saved byte offset when resuming
+        (``opening``: the shard's open started ahead, from byte 0)."""
         first = self.skip
         offset, self.offset = (self.offset, -1) if self.offset >= 0 else (0, -1)
+        if offset and opening is not None:  # not the bytes this read needs
+            opening.cancel()
+            opening = None
         drop = start + first if offset == 0 else 0
         count = None if stop is None else stop - start - first
-        return read_span(self, self.stage, url, offset, drop, count)
+        return read_span(self, self.stage, url, offset, drop, count, opening)
 
-    def _piece(self, url: str, start: int, stop: int | None, pad: bool | None) -> Iterator[dict[str, Any]]:
+    def _piece(
+        self, url: str, start: int, stop: int | None, pad: bool | None, opening: Any = None
+    ) -> Iterator[dict[str, Any]]:
         """One piece's samples, counted into the node's state; ends at the quota."""
-        for sample in self._samples(url, start, stop):
+        for sample in self._samples(url, start, stop, opening):
             if pad is not None:
                 sample["__pad__"] = pad
             self.skip += 1
@@ -232,7 +245,10 @@ class _PlannedNode(Node):
         while self.piece < len(self.pieces):
             piece = self.pieces[self.piece]
             marker = (piece.pad if pad is None else pad) if exact else None
-            for sample in self._piece(piece.url, piece.start, piece.stop, marker):
+            opening, self._opening = self._opening, None
+            if pad is None and self.piece + 1 < len(self.pieces):  # not while making up a shortfall
+                self._opening = open_ahead(self.stage, self.pieces[self.piece + 1].url)
+            for sample in self._piece(piece.url, piece.start, piece.stop, marker, opening):
                 got += 1
                 yield sample
             if self.stopped or self.done == self.quota:
@@ -242,8 +258,13 @@ class _PlannedNode(Node):
         return got
 
     def _read(self) -> Iterator[dict[str, Any]]:
-        if not self.makeup and self.done < self.quota:
-            yield from self._pieces(pad=None)
+        try:
+            if not self.makeup and self.done < self.quota:
+                yield from self._pieces(pad=None)
+        finally:
+            if self._opening is not None:  # the quota or an early stop ended the pieces
+                self._opening.cancel()
+                self._opening = None
         if self.done < self.quota and not self.stopped:
             yield from self._make_up()
 

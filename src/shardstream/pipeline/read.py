@@ -4,6 +4,12 @@ Its state is the shard being read (its number in this epoch's shard list) and th
 where the next sample starts, so a restored reader opens that shard with a ranged read at that
 offset and goes on: no sample is read twice or skipped. Positions of single samples
 (``tell``/``item_at``) are ``[shard number, byte offset]``.
+
+Read-ahead: while a shard is read, the next one is already taken from the shard list and, when
+the source can (``open_ahead``: ``s3://`` and ``http(s)://`` through the default source, not
+through the shard cache), opened in a thread, so the next request's round trip passes while this
+shard is parsed. The shard taken ahead is part of the state (``"ahead"``): the shard list's own
+state is already past it, and a restored reader reads it next, from its start.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from ..tar.samples import TarFormat
 from ._units import UnitsNode
 from .base import Node, RunContext, Stage, StateDict
 
-__all__ = ["ReadShards", "ShardFormat"]
+__all__ = ["ReadShards", "ShardFormat", "open_ahead"]
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +55,12 @@ class _ReadNode(Node):
             self.url = _url(upstream.item(self.shard))
         self.cursor.next = int(state.get("offset", -1)) if self.url is not None else -1
         self._listed = upstream.indexable
+        # The next shard, already taken from upstream (read-ahead), and its open in progress.
+        self._next: Any = None
+        ahead = state.get("ahead")
+        if ahead is not None:  # a listed upstream saves True: the URL comes from the list
+            self._next = _url(upstream.item(self.shard + 1)) if ahead is True else str(ahead)
+        self._opening: Any = None  # a pending open (sources._ahead.PendingOpen) of ``_next``
         self.stopped = False  # the error policy ended the stream
         self.tell = self._tell
         self._it = self._run()
@@ -93,33 +105,56 @@ class _ReadNode(Node):
         return [found[int(s), int(o)] for s, o in tokens]
 
     def state_dict(self) -> StateDict:
-        if self.url is None or self.cursor.next < 0:
-            return {"shard": self.shard}
-        if self._listed:  # the shard list restores to the same list: its number is enough
-            return {"shard": self.shard, "offset": self.cursor.next}
-        return {"shard": self.shard, "url": self.url, "offset": self.cursor.next}
+        state: StateDict = {"shard": self.shard}
+        if self.url is not None and self.cursor.next >= 0:
+            if not self._listed:  # a listed upstream restores to the same list: the number is enough
+                state["url"] = self.url
+            state["offset"] = self.cursor.next
+        if self._next is not None:
+            state["ahead"] = True if self._listed else _url(self._next)
+        return state
 
     def _run(self) -> Iterator[dict[str, Any]]:
-        if self.url is not None and self.cursor.next >= 0:
-            yield from self._read(self.url, None, self.cursor.next)
-            if self.stopped:
-                return
-        assert self.upstream is not None
-        log_shards = self.stage.log_shards
-        for shard in self.upstream:
-            if self.stopped:
-                return
-            self.shard += 1
-            if log_shards:
-                log.info("opening shard %s", _url(shard))
-            stream = shard.get("stream") if isinstance(shard, dict) else None
-            yield from self._read(_url(shard), stream, 0)
+        try:
+            if self.url is not None and self.cursor.next >= 0:
+                yield from self._read(self.url, None, self.cursor.next)
+            assert self.upstream is not None
+            shards = iter(self.upstream)
+            log_shards = self.stage.log_shards
+            while not self.stopped:
+                shard = self._next if self._next is not None else next(shards, _END)
+                if shard is _END:
+                    return
+                opening, self._opening, self._next = self._opening, None, None
+                self.shard += 1
+                if self.stage.read_ahead:
+                    self._take_next(shards)
+                if log_shards:
+                    log.info("opening shard %s", _url(shard))
+                stream = shard.get("stream") if isinstance(shard, dict) else None
+                yield from self._read(_url(shard), stream, 0, opening)
+        finally:
+            if self._opening is not None:  # an early stop: the shard opened ahead is not read
+                self._opening.cancel()
+                self._opening = None
 
-    def _read(self, url: str, stream: Any, offset: int) -> Iterator[dict[str, Any]]:
+    def _take_next(self, shards: Iterator[Any]) -> None:
+        """Take the shard after the current one from upstream now, and start opening it when the
+        source can (a shard that comes with its own stream, or a local one, is not opened)."""
+        shard = next(shards, _END)
+        if shard is _END:
+            return
+        self._next = shard
+        if not (isinstance(shard, dict) and shard.get("stream") is not None):
+            self._opening = open_ahead(self.stage, _url(shard))
+
+    def _read(self, url: str, stream: Any, offset: int, opening: Any = None) -> Iterator[dict[str, Any]]:
         stage = self.stage
         self.url = url
         self.cursor.start = self.cursor.next = offset
         try:
+            if opening is not None:
+                stream = opening.result()  # the open's error, if any, is handled below
             yield from stage.format.samples(
                 stage.source, url, offset=offset, cursor=self.cursor, stream=stream
             )
@@ -131,6 +166,21 @@ class _ReadNode(Node):
             if not go_on:
                 self.stopped = True
         self.url = None
+
+
+_END = object()
+
+
+def open_ahead(stage: Any, url: str) -> Any:
+    """Start opening all of shard ``url`` for ``stage`` (a reading stage: ``format``, ``source``)
+    now, in a thread: a pending open (``result()``, ``cancel()``), or ``None`` when the stage's
+    ``read_ahead`` is off, where the source
+    offers no ``open_ahead`` (local files, the shard cache, custom sources) or the format is not
+    tar (another format may open something else than the URL's bytes)."""
+    start = getattr(stage.source, "open_ahead", None)
+    if start is None or not stage.read_ahead or not isinstance(stage.format, TarFormat):
+        return None
+    return start(url)
 
 
 def _url(shard: Any) -> str:
@@ -148,6 +198,10 @@ class ReadShards(Stage):
         source: where shards are opened (default: every scheme, no cache, ``pipe:`` refused).
         handler: error policy (default: raise).
         log_shards: log every shard as it is opened (INFO).
+        read_ahead: open the next shard while this one is read (default True), where the
+            source offers ``open_ahead`` (``s3://`` and ``http(s)://`` through the default
+            source; not through the shard cache or a custom source). The next shard's request
+            round trip then passes while this shard is parsed.
     """
 
     def __init__(
@@ -157,8 +211,10 @@ class ReadShards(Stage):
         handler: Handler = reraise_exception,
         *,
         log_shards: bool = False,
+        read_ahead: bool = True,
     ) -> None:
         self.log_shards = log_shards
+        self.read_ahead = read_ahead
         self.format: ShardFormat = format if format is not None else TarFormat()
         self.source: Source = source if source is not None else SchemeRouter()
         self.handler = handler

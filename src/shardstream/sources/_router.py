@@ -11,10 +11,14 @@ from collections.abc import Iterable, Mapping
 from typing import Any, BinaryIO
 
 from ..errors import ConfigurationError, redact_url
+from ._ahead import PendingOpen
 from ._registry import _check_known, check_pipe, check_storage_options, get_source, scheme_of
 from .base import ObjectInfo, Source, WritableSource
 
-__all__ = ["SchemeRouter"]
+__all__ = ["REMOTE_SCHEMES", "SchemeRouter"]
+
+#: Schemes whose ``open`` waits for a server's answer: worth opening before their turn.
+REMOTE_SCHEMES = frozenset({"s3", "http", "https"})
 
 
 class SchemeRouter:
@@ -66,6 +70,14 @@ class SchemeRouter:
         if length is None:  # sources registered by users may predate ranged reads
             return source.open(url, offset=offset)
         return source.open(url, offset=offset, length=length)
+
+    def open_ahead(self, url: str) -> PendingOpen | None:
+        """Start opening all of ``url`` in a thread now (see :mod:`._ahead`), for ``s3://`` and
+        ``http(s)://`` URLs, whose open waits for a round trip; ``None`` for other schemes (a
+        local file opens in microseconds; a ``pipe:`` command is started only when read)."""
+        if scheme_of(url) not in REMOTE_SCHEMES:
+            return None
+        return PendingOpen(lambda: self.source_for(url).open(url))
 
     def stat(self, url: str) -> ObjectInfo:
         """Size and version of ``url``."""
