@@ -7,7 +7,8 @@ an empty training loop with batch size 4 reads them through:
 (b) the s5cmd background-copy sampler as published: the sampler copies the next 1,000 samples'
     objects to local disk with ``s5cmd run`` (one ``cp`` per object), double-buffered, and the
     Dataset reads the files (2 workers);
-(c) ``shardstream.ObjectDataset`` and ``shardstream.ObjectStream``, DataLoader with 2 workers;
+(c) ``shardstream.ObjectDataset`` and ``shardstream.ObjectStream``, DataLoader with 2 workers, and
+    ObjectStream alone in this process (the engine without the DataLoader's processes);
 (d) the same data packed into tar shards (``shardstream pack``), read by webdataset 1.0.2 over
     ``pipe:s5cmd cat``;
 (e) the ceiling: ``curl --parallel --parallel-max 64`` over presigned URLs of every object;
@@ -240,6 +241,12 @@ def cases(
             lambda: _stream_count(DataLoader(stream, batch_size=None, num_workers=2)),
         ),
         (
+            # The same stream without a DataLoader: the engine alone, with no worker processes
+            # and no batch pickling competing with the server for the 2 cores.
+            "(c) ObjectStream, one process",
+            lambda: _stream_count(stream),
+        ),
+        (
             "(f) DataLoader floor, 2 w",
             lambda: _stream_count(DataLoader(ready, batch_size=None, num_workers=2)),
         ),
@@ -430,6 +437,15 @@ def main(argv: list[str] | None = None) -> int:
             if "(e) curl, 64 parallel" in by
             else f"- (f) the DataLoader alone costs {floor.cpu_per_1k:.2f} CPU-s per 1k samples"
         )
+        if "(e) curl, 64 parallel" in by:
+            best, paired = paired_ratio(
+                by["(c) ObjectStream, one process"], by["(e) curl, 64 parallel"], lambda m: m.rate
+            )
+            lines.append(
+                f"- ObjectStream in one process (no DataLoader) / (e) curl: **{best:.2f}x** (median per "
+                f"round {paired:.2f}x): the fetch engine alone; with 2 workers, their processes and the "
+                "batches' pickling share the 2 cores with the server"
+            )
         best, _ = paired_ratio(
             by["(c) ObjectDataset, 2 workers"], by["(b) s5cmd copy sampler, 2 w"], lambda m: m.rate
         )

@@ -55,6 +55,7 @@ from _common import (  # noqa: E402
 
 BUCKET = "bench"
 SHARDSTREAM = "shardstream s3://"
+NO_AHEAD = "shardstream s3://, read_ahead=False"
 WDS_S5CMD = "webdataset pipe:s5cmd"
 WDS_AWS = "webdataset pipe:aws"
 S5CMD_CAT = "s5cmd cat (reference)"
@@ -102,13 +103,24 @@ def cases(
 ) -> list[tuple[str, Callable[[], int]]]:
     import webdataset
 
+    import shardstream as ss
     from shardstream.compat import WebDataset
+    from shardstream.sources import SchemeRouter
 
     ep = server.endpoint_url
     options = server.storage_options
     s5_urls = [f"pipe:{s5cmd} --endpoint-url {ep} cat {u}" for u in urls]
     out: list[tuple[str, Callable[[], int]]] = [
         (SHARDSTREAM, lambda: _count(WebDataset(urls, shardshuffle=False, storage_options=options))),
+        # The same reading stage with each shard opened only when the previous one ends.
+        (
+            NO_AHEAD,
+            lambda: _count(
+                ss.DataPipeline(
+                    ss.SimpleShardList(urls), ss.ReadShards(source=SchemeRouter(options), read_ahead=False)
+                )
+            ),
+        ),
         (WDS_S5CMD, lambda: _count(webdataset.WebDataset(s5_urls, shardshuffle=False))),
     ]
     if aws is not None:
@@ -166,6 +178,12 @@ def summarize(title: str, sides: list[Side], *, curl_target: bool) -> list[str]:
         rows.append(
             f"- shardstream / webdataset pipe:aws: **{best:.2f}x** samples/s ({paired:.2f}x median per "
             f"round); client CPU per GB {o_gb:.2f} vs {aws.best.cpu_per_gb:.2f} s"
+        )
+    if NO_AHEAD in by:
+        best, paired = paired_ratio(ours, by[NO_AHEAD], lambda m: m.rate)
+        rows.append(
+            f"- read-ahead (the next shard opened while this one is read) / read_ahead=False: "
+            f"**{best:.2f}x** samples/s best vs best, {paired:.2f}x median per round"
         )
     if CURL in by:
         best, paired = paired_ratio(ours, by[CURL], lambda m: m.mb_per_s)

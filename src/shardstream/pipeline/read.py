@@ -134,9 +134,14 @@ class _ReadNode(Node):
                 stream = shard.get("stream") if isinstance(shard, dict) else None
                 yield from self._read(_url(shard), stream, 0, opening)
         finally:
-            if self._opening is not None:  # an early stop: the shard opened ahead is not read
+            # An early stop: the shard taken ahead is not read. Its open is cancelled, and a
+            # stream that came with it from upstream (a ``url_opener`` stage) is closed.
+            if self._opening is not None:
                 self._opening.cancel()
                 self._opening = None
+            stream = self._next.get("stream") if isinstance(self._next, dict) else None
+            if stream is not None:
+                stream.close()
 
     def _take_next(self, shards: Iterator[Any]) -> None:
         """Take the shard after the current one from upstream now, and start opening it when the
@@ -172,11 +177,11 @@ _END = object()
 
 
 def open_ahead(stage: Any, url: str) -> Any:
-    """Start opening all of shard ``url`` for ``stage`` (a reading stage: ``format``, ``source``)
-    now, in a thread: a pending open (``result()``, ``cancel()``), or ``None`` when the stage's
-    ``read_ahead`` is off, where the source
-    offers no ``open_ahead`` (local files, the shard cache, custom sources) or the format is not
-    tar (another format may open something else than the URL's bytes)."""
+    """Start opening all of shard ``url`` for ``stage`` (a reading stage: ``format``, ``source``,
+    ``read_ahead``) now, in a thread: a pending open (``result()``, ``cancel()``). ``None`` when
+    ``read_ahead`` is off, where the source offers no ``open_ahead`` (local files, the shard
+    cache, custom sources), or for a format other than tar (which may open something else than
+    the URL's bytes)."""
     start = getattr(stage.source, "open_ahead", None)
     if start is None or not stage.read_ahead or not isinstance(stage.format, TarFormat):
         return None

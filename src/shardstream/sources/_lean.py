@@ -162,7 +162,10 @@ class LeanPool:
         """Send ``method target`` to ``key`` = (scheme, host, port) and append the whole body to
         ``sink``. ``headers`` must include ``Host``. On an error, the body bytes that arrived are
         in ``sink`` and the exception propagates."""
-        request = render_request(method, target, headers)
+        return self.send(key, render_request(method, target, headers), sink, head=method == "HEAD")
+
+    def send(self, key: _Key, request: bytes, sink: bytearray, *, head: bool = False) -> LeanResponse:
+        """:meth:`get` for a request already rendered (a GET, or a HEAD with ``head=True``)."""
         while True:
             conn = self.idle.take(key)
             reused = conn is not None
@@ -172,7 +175,7 @@ class LeanPool:
             try:
                 conn.set_timeout(self.response_timeout)
                 conn.sock.sendall(request)
-                reusable = self._read(conn, resp, sink, head=method == "HEAD")
+                reusable = self._read(conn, resp, sink, head=head)
             except (ConnectionResetError, BrokenPipeError, http.client.RemoteDisconnected):
                 conn.close()
                 if reused and not resp.status:  # the server closed an idle connection: once more

@@ -370,11 +370,15 @@ class S3Source:
         concurrency); failures are shardstream errors, and body bytes that arrived before a
         failure stay in ``sink``. About a third of ``open_once``'s client CPU (see ``_lean``)."""
         start = len(sink)
-        headers = self._get_headers(url, start, None, etag)
         try:
-            address, _, path, signature = self._signed_parts("GET", url)
-            signature.update(headers)
-            resp = self.lean.get(address, path, signature, sink)
+            if start or etag:  # a resume, or a version to check: Range / If-Match
+                headers = self._get_headers(url, start, None, etag)
+                address, _, path, signature = self._signed_parts("GET", url)
+                signature.update(headers)
+                resp = self.lean.get(address, path, signature, sink)
+            else:  # the whole object: the request the fetch loop sends, rendered in one go
+                address, request = self.get_request(url)
+                resp = self.lean.send(address, request, sink)
         except SourceError:
             raise
         except Exception as exc:
