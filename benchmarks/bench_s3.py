@@ -103,23 +103,17 @@ def cases(
 ) -> list[tuple[str, Callable[[], int]]]:
     import webdataset
 
-    import shardstream as ss
     from shardstream.compat import WebDataset
-    from shardstream.sources import SchemeRouter
 
     ep = server.endpoint_url
     options = server.storage_options
     s5_urls = [f"pipe:{s5cmd} --endpoint-url {ep} cat {u}" for u in urls]
     out: list[tuple[str, Callable[[], int]]] = [
         (SHARDSTREAM, lambda: _count(WebDataset(urls, shardshuffle=False, storage_options=options))),
-        # The same reading stage with each shard opened only when the previous one ends.
+        # The same dataset with each shard opened only when the previous one ends.
         (
             NO_AHEAD,
-            lambda: _count(
-                ss.DataPipeline(
-                    ss.SimpleShardList(urls), ss.ReadShards(source=SchemeRouter(options), read_ahead=False)
-                )
-            ),
+            lambda: _count(WebDataset(urls, shardshuffle=False, storage_options=options, read_ahead=False)),
         ),
         (WDS_S5CMD, lambda: _count(webdataset.WebDataset(s5_urls, shardshuffle=False))),
     ]

@@ -60,7 +60,7 @@ class WebDataset(Dataset):
         replaced by the environment variable ``WDS_NAME``, as in WebDataset.
 
         shardstream additions (keyword-only): storage_options, allow_pipe, source, split,
-        batch_size, epoch_size, granularity, index, count_cache, world; see
+        batch_size, epoch_size, granularity, index, count_cache, world, read_ahead; see
         :class:`shardstream.Dataset` and :class:`shardstream.SplitPolicy`.
     """
 
@@ -94,6 +94,7 @@ class WebDataset(Dataset):
         index: str | Mapping[str, int] | None = None,
         count_cache: str | None = None,
         world: World | None = None,
+        read_ahead: bool = True,
     ) -> None:
         if mode not in (None, "resampled"):
             raise ConfigurationError(f"mode={mode!r} is unknown; WebDataset knows only mode='resampled'")
@@ -155,6 +156,7 @@ class WebDataset(Dataset):
             allow_pipe=allow_pipe,
             source=source,
             log_shards=verbose,
+            read_ahead=read_ahead,
         )
         if detshuffle and shuffled and split is None and not resampled:
             # WebDataset's detshuffle: a seeded buffer shuffle of the shards after splitting.

@@ -86,6 +86,8 @@ class Dataset(DataPipeline, FluidInterface):
             handler: error policy for shard errors (default: raise).
             empty_check: raise a clear error when an epoch yields no sample (default True).
             log_shards: log every shard as it is opened (INFO, ``shardstream.pipeline.read``).
+            read_ahead: open the next ``s3://`` or ``http(s)://`` shard while this one is read
+                (default True; not through the cache). See :class:`ReadShards`.
 
         Telemetry:
             telemetry: measure time per stage, throughput and whether the consumer waits for
@@ -116,6 +118,7 @@ class Dataset(DataPipeline, FluidInterface):
         allow_pipe: bool = False,
         source: Source | None = None,
         log_shards: bool = False,
+        read_ahead: bool = True,
         telemetry: bool | None = None,
     ) -> None:
         super().__init__(seed=seed, world=world, telemetry=telemetry)
@@ -143,6 +146,7 @@ class Dataset(DataPipeline, FluidInterface):
                 index=self.split.index,
                 count_cache=self.split.count_cache,
                 storage_options=dict(storage_options or {}),
+                read_ahead=read_ahead,
             )
             self.append(self.planned)
             return
@@ -157,7 +161,7 @@ class Dataset(DataPipeline, FluidInterface):
                 self.append(split.node_splitter)
         if split.worker_splitter is not None:
             self.append(split.worker_splitter)
-        self.append(ReadShards(format, self.source, handler, log_shards=log_shards))
+        self.append(ReadShards(format, self.source, handler, log_shards=log_shards, read_ahead=read_ahead))
         if empty_check:
             self.append(CheckEmpty(len(self.urls)))
 
