@@ -26,7 +26,7 @@ from ..shards.world import World
 from ._build import build_one
 from .base import Node, RunContext, StateDict
 from .planned import PlannedSamples
-from .read import ReadShards
+from .read import ReadShards, ahead_url
 from .shuffle import Shuffle
 
 __all__ = ["remaining", "resplit"]
@@ -165,9 +165,9 @@ def _rest_of_shards(
     if offset >= 0:
         url = state.get("url") or _url(last.item(shard))
         units.append(Unit(url, -1 if offset else 0, None, offset))
-    ahead = state.get("ahead")  # the next shard, taken from the list ahead of its turn (read-ahead)
+    ahead = ahead_url(state, last)  # the next shard, taken from the list ahead of its turn
     if ahead is not None:
-        units.append(Unit(_url(last.item(shard + 1)) if ahead is True else str(ahead), 0, None, 0))
+        units.append(Unit(ahead, 0, None, 0))
     units.extend(Unit(_url(item), 0, None, 0) for item in last)
     for node in reversed(built):
         node.close()

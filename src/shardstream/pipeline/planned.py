@@ -217,10 +217,8 @@ class _PlannedNode(Node):
         """Samples ``[start + skip, stop)`` of a shard; from the saved byte offset when resuming
         (``opening``: the shard's open started ahead, from byte 0)."""
         first = self.skip
+        # (A saved offset is only for the first piece after a restore, which nothing opened ahead.)
         offset, self.offset = (self.offset, -1) if self.offset >= 0 else (0, -1)
-        if offset and opening is not None:  # not the bytes this read needs
-            opening.cancel()
-            opening = None
         drop = start + first if offset == 0 else 0
         count = None if stop is None else stop - start - first
         return read_span(self, self.stage, url, offset, drop, count, opening)

@@ -26,7 +26,7 @@ from ..tar.samples import TarFormat
 from ._units import UnitsNode
 from .base import Node, RunContext, Stage, StateDict
 
-__all__ = ["ReadShards", "ShardFormat", "open_ahead"]
+__all__ = ["ReadShards", "ShardFormat", "ahead_url", "open_ahead"]
 
 log = logging.getLogger(__name__)
 
@@ -56,10 +56,7 @@ class _ReadNode(Node):
         self.cursor.next = int(state.get("offset", -1)) if self.url is not None else -1
         self._listed = upstream.indexable
         # The next shard, already taken from upstream (read-ahead), and its open in progress.
-        self._next: Any = None
-        ahead = state.get("ahead")
-        if ahead is not None:  # a listed upstream saves True: the URL comes from the list
-            self._next = _url(upstream.item(self.shard + 1)) if ahead is True else str(ahead)
+        self._next: Any = ahead_url(state, upstream)
         self._opening: Any = None  # a pending open (sources._ahead.PendingOpen) of ``_next``
         self.stopped = False  # the error policy ended the stream
         self.tell = self._tell
@@ -174,6 +171,15 @@ class _ReadNode(Node):
 
 
 _END = object()
+
+
+def ahead_url(state: StateDict, upstream: Node) -> str | None:
+    """The URL of the shard a saved reader state had taken ahead of its turn, or ``None``
+    (``"ahead"`` is ``True`` for a shard list the reader can index, else the URL itself)."""
+    ahead = state.get("ahead")
+    if ahead is None:
+        return None
+    return _url(upstream.item(int(state.get("shard", -1)) + 1)) if ahead is True else str(ahead)
 
 
 def open_ahead(stage: Any, url: str) -> Any:
