@@ -205,6 +205,11 @@ def cases(
     stream = (
         ss.ObjectStream(url, storage_options=opts, shuffle=True, seed=0).to_tuple("bin", "cls").batched(BATCH)
     )
+    # the same stream with the fetch loop's gathering of answers turned off (it is on by default)
+    eager = (
+        ss.ObjectStream(url, storage_options=opts, shuffle=True, seed=0).to_tuple("bin", "cls").batched(BATCH)
+    )
+    eager.reader.gather = False
     ready = ready_batches()
     env = {**os.environ, **server.env()}
     scratch = Path(tempfile.mkdtemp(prefix="bench-s5cmd-"))
@@ -239,6 +244,10 @@ def cases(
         (
             "(c) ObjectStream, 2 workers",
             lambda: _stream_count(DataLoader(stream, batch_size=None, num_workers=2)),
+        ),
+        (
+            "(c) ObjectStream, 2 w, no gathering",
+            lambda: _stream_count(DataLoader(eager, batch_size=None, num_workers=2)),
         ),
         (
             # The same stream without a DataLoader: the engine alone, with no worker processes
@@ -446,6 +455,12 @@ def main(argv: list[str] | None = None) -> int:
                 f"round {paired:.2f}x): the fetch engine alone; with 2 workers, their processes and the "
                 "batches' pickling share the 2 cores with the server"
             )
+        best, paired = paired_ratio(ours, by["(c) ObjectStream, 2 w, no gathering"], lambda m: m.rate)
+        lines.append(
+            f"- ObjectStream, 2 workers, with / without the fetch loop's gathering of answers: "
+            f"**{best:.2f}x** (median per round {paired:.2f}x), CPU-s per 1k samples "
+            f"{ours.best.cpu_per_1k:.2f} / {by['(c) ObjectStream, 2 w, no gathering'].best.cpu_per_1k:.2f}"
+        )
         best, _ = paired_ratio(
             by["(c) ObjectDataset, 2 workers"], by["(b) s5cmd copy sampler, 2 w"], lambda m: m.rate
         )

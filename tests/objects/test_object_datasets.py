@@ -179,6 +179,34 @@ def test_object_deleted_mid_epoch(s3_server: SeaweedS3, samples40: Prefix, handl
             m.__getitems__([19, 20, 21])
 
 
+@pytest.mark.parametrize(
+    ("window", "gather", "pauses"), [(32, True, True), (32, False, False), (4, True, False)]
+)
+def test_the_loop_gathers_answers_only_under_load(
+    samples40: Prefix, monkeypatch: pytest.MonkeyPatch, window: int, gather: bool, pauses: bool
+) -> None:
+    from shardstream.objects import fetch_loop
+
+    slept: list[float] = []
+    real_sleep = time.sleep
+    main = threading.main_thread()
+
+    def sleep(seconds: float) -> None:
+        if threading.current_thread() is main:
+            slept.append(seconds)
+        real_sleep(seconds)
+
+    monkeypatch.setattr(time, "sleep", sleep)
+    ds = ss.ObjectStream(
+        samples40.url, storage_options=samples40.s3.storage_options, shuffle=False, window=window
+    )
+    ds.reader.gather = gather
+    assert [_check(samples40, s) for s in ds] == list(range(40))
+    # with many requests in flight, the loop pauses a share of the latency before it waits
+    assert bool(slept) == pauses, slept
+    assert all(0 < s <= fetch_loop.GATHER_MAX for s in slept)
+
+
 @pytest.mark.parametrize("engine", ["loop", "threads"])
 def test_early_stop_leaves_no_thread_or_busy_connection(
     s3_server: SeaweedS3, samples40: Prefix, engine: str

@@ -170,9 +170,12 @@ def test_bodies_of_every_size_on_reused_connections(
     try:
         for rnd in range(2):  # the second round runs on the first round's connections
             paths = [f"/r{rnd}/{i}/{n}" for i, n in enumerate(sizes)]
+            before = time.monotonic()
             got = _run(multi, [(p, key, _request(p, server.port)) for p in paths])
+            after = time.monotonic()
             for p in paths:
                 assert got[p].error is None and got[p].status == 200, got[p]
+                assert before < got[p].sent < after  # when the request was all written
                 assert got[p].body == _body(p)
                 assert b'etag: "x"' in got[p].head
             assert len(multi) == 0

@@ -46,9 +46,9 @@ _CONNECTING, _HANDSHAKE, _SENDING, _RECEIVING = range(4)
 
 class Answer:
     """One finished request: ``status``, ``head`` (the header block, lower-cased) and ``body``, or
-    ``error``."""
+    ``error``; ``sent`` is when its request was all written (``time.monotonic()``, 0 if never)."""
 
-    __slots__ = ("token", "status", "head", "body", "error")
+    __slots__ = ("token", "status", "head", "body", "error", "sent")
 
     def __init__(self, token: Any) -> None:
         self.token = token
@@ -56,6 +56,7 @@ class Answer:
         self.head = b""
         self.body = b""
         self.error: BaseException | None = None
+        self.sent = 0.0
 
     def __repr__(self) -> str:
         return f"Answer(status={self.status}, bytes={len(self.body)}, error={self.error!r})"
@@ -205,7 +206,8 @@ class LeanMulti:
             self._watch(job, _OUT)
             return
         job.state = _RECEIVING
-        job.deadline = time.monotonic() + self.pool.response_timeout
+        job.answer.sent = now = time.monotonic()
+        job.deadline = now + self.pool.response_timeout
         conn.start = conn.end = 0
         self._watch(job, _IN)
 
