@@ -461,10 +461,11 @@ def main(argv: list[str] | None = None) -> int:
             f"**{best:.2f}x** (median per round {paired:.2f}x), CPU-s per 1k samples "
             f"{ours.best.cpu_per_1k:.2f} / {by['(c) ObjectStream, 2 w, no gathering'].best.cpu_per_1k:.2f}"
         )
-        best, _ = paired_ratio(
-            by["(c) ObjectDataset, 2 workers"], by["(b) s5cmd copy sampler, 2 w"], lambda m: m.rate
-        )
-        lines.append(f"- ObjectDataset / (b) s5cmd copy sampler: **{best:.2f}x**")
+        mapped = by["(c) ObjectDataset, 2 workers"]
+        for other in ("(e) curl, 64 parallel", "(b) s5cmd copy sampler, 2 w"):
+            if other in by:
+                best, paired = paired_ratio(mapped, by[other], lambda m: m.rate)
+                lines.append(f"- ObjectDataset / {other}: **{best:.2f}x** (median per round {paired:.2f}x)")
         lines += per_get_cpu(server)
         lines += window_sweep(server)
     emit_report(lines, args.markdown)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from shardstream.sources._lean import LeanPool, render_request
-from shardstream.sources._lean_multi import AVAILABLE, Answer, LeanMulti
+from shardstream.sources._lean_multi import AVAILABLE, Answer, LeanMulti, borrow
 
 pytestmark = pytest.mark.skipif(not AVAILABLE, reason="needs select.epoll (Linux)")
 
@@ -396,3 +396,74 @@ def test_tls_connections_handshake_without_blocking(
         untrusting.close()
     assert isinstance(got["x"].error, ssl.SSLCertVerificationError)
     pool.close()
+
+
+def test_a_parked_loop_keeps_its_connections_for_the_next_borrow(
+    serve: Callable[..., Server], pools: Callable[..., LeanPool]
+) -> None:
+    server = serve(lambda path: ok(_body(path)))
+    pool = pools()
+    key = ("http", "127.0.0.1", server.port)
+    multi = borrow(pool)
+    paths = [f"/a/{i}/{100 * i}" for i in range(8)]
+    assert all(
+        a.body == _body(p)
+        for p, a in _run(multi, [(p, key, _request(p, server.port)) for p in paths]).items()
+    )
+    conns = server.accepted
+    multi.park()
+    assert pool.parked is multi and not multi.closed and pool.idle.count() == 0
+    again = borrow(pool)
+    assert again is multi and pool.parked is None
+    paths = [f"/b/{i}/{100 * i}" for i in range(8)]
+    got = _run(again, [(p, key, _request(p, server.port)) for p in paths])
+    assert all(got[p].body == _body(p) for p in paths)
+    assert server.accepted == conns  # the same connections, still non-blocking and watched
+    # a loop with a request in flight is closed, not parked; nor is a second loop
+    again.submit("slow", key, _request("/c/10", server.port))
+    again.park()
+    assert again.closed and pool.parked is None
+    other, third = borrow(pool), borrow(pool)
+    other.park()
+    third.park()
+    assert pool.parked is other and third.closed
+    # the pool closes its parked loop and that loop's connections
+    pool.close()
+    assert other.closed and pool.parked is None
+    deadline = time.monotonic() + 5
+    while server.open and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert server.open == 0
+
+
+def test_a_forked_child_forgets_the_parked_loop_and_the_parent_keeps_it(
+    serve: Callable[..., Server], pools: Callable[..., LeanPool]
+) -> None:
+    import os
+
+    server = serve(lambda path: ok(_body(path)))
+    pool = pools()
+    key = ("http", "127.0.0.1", server.port)
+    multi = borrow(pool)
+    _run(multi, [(f"/p/{i}/50", key, _request(f"/p/{i}/50", server.port)) for i in range(4)])
+    multi.park()
+    conns = server.accepted
+    pid = os.fork()
+    if pid == 0:  # the child: its own loop and connections; the parent's are left alone
+        code = 1
+        try:
+            mine = borrow(pool)
+            got = _run(mine, [("/q/0/70", key, _request("/q/0/70", server.port))])
+            code = 0 if mine is not multi and multi.closed and got["/q/0/70"].body == _body("/q/0/70") else 2
+            mine.close()
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert server.accepted == conns + 1  # the child connected once, for itself
+    assert borrow(pool) is multi and not multi.closed
+    paths = [f"/r/{i}/60" for i in range(4)]
+    got = _run(multi, [(p, key, _request(p, server.port)) for p in paths])
+    assert all(got[p].error is None and got[p].body == _body(p) for p in paths)
+    assert server.accepted == conns + 1  # on the parent's connections, still its own
+    multi.close()

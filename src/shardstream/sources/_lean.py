@@ -30,7 +30,7 @@ import ssl
 import struct
 from collections.abc import Mapping
 
-from ._idle import IdleConnections
+from ._idle import IdleConnections, _Closable
 from ._idle import Key as _Key
 
 __all__ = ["LeanPool", "LeanResponse", "render_request"]
@@ -134,6 +134,9 @@ class LeanPool:
         self.read_timeout = read_timeout
         self._ssl = ssl_context
         self.idle: IdleConnections[_Conn] = IdleConnections(max_idle)
+        #: A non-blocking loop (``_lean_multi.LeanMulti``) parked between two uses, with its idle
+        #: connections; :meth:`close` closes it, a forked child forgets it.
+        self.parked: _Closable | None = None
 
     def _connect(self, key: _Key) -> _Conn:
         scheme, host, port = key
@@ -305,5 +308,8 @@ class LeanPool:
         return line
 
     def close(self) -> None:
-        """Close every idle connection."""
+        """Close every idle connection (the parked loop's too)."""
+        parked, self.parked = self.parked, None
+        if parked is not None:
+            parked.close()  # (gives its idle connections to ``idle`` first)
         self.idle.close()

@@ -15,6 +15,15 @@ close, a malformed answer, a timeout, a reset) is delivered as the request's err
 caller retries it with the blocking client, which handles every case. A reused connection that
 the server had closed is reopened once and the request sent again (GET is idempotent).
 
+Between two uses a loop can be parked on its pool (:meth:`LeanMulti.park`, :func:`borrow`): its
+idle connections then stay non-blocking and registered, instead of being switched back to
+blocking, unregistered, and registered again for the next batch. A map-style dataset runs one
+short loop per DataLoader batch, and that round trip (about 40 system calls for 8 requests) cost
+it a tenth of its throughput on our 2-core runner (2,085 against 2,315 samples/s, median of 6
+alternating rounds, 2 workers, batch 4). The pool closes a parked loop with its own
+connections; a forked child forgets the parent's (closing only its copies of the descriptors, as
+the idle pools do).
+
 Linux only (``select.epoll``); :data:`AVAILABLE` says whether it can be used here.
 """
 
@@ -27,12 +36,14 @@ import select
 import socket
 import ssl
 import time
+import weakref
 from typing import Any
 
+from ._forksafe import ForkSafeLock, at_fork_in_child
 from ._idle import Key
 from ._lean import LeanPool, _Conn
 
-__all__ = ["AVAILABLE", "Answer", "LeanMulti"]
+__all__ = ["AVAILABLE", "Answer", "LeanMulti", "borrow"]
 
 AVAILABLE = hasattr(select, "epoll")
 
@@ -458,6 +469,56 @@ class LeanMulti:
         self._ep.close()
         os.close(self._wake_r)
         os.close(self._wake_w)
+
+    def park(self) -> None:
+        """Keep this loop on its pool for the next :func:`borrow`, or :meth:`close` it when it
+        has requests in flight or another loop is parked there."""
+        if not self.closed and not self._jobs:
+            with _PARKING:
+                if self.pool.parked is None:
+                    self.pool.parked = self
+                    _PARKED.add(self)
+                    return
+        self.close()
+
+    def _forget(self) -> None:
+        """In a forked child: close this process's copies of the descriptors, and nothing else
+        (the epoll instance and the sockets' flags are shared with the parent, which uses them)."""
+        self.closed = True
+        for conn in [job.conn for job in self._jobs.values()] + [c for _, c in self._idle_fd.values()]:
+            if conn is not None:
+                conn.close()
+        self._jobs.clear()
+        self._idle.clear()
+        self._idle_fd.clear()
+        self._ep.close()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+
+
+_PARKING = ForkSafeLock()
+_PARKED: weakref.WeakSet[LeanMulti] = weakref.WeakSet()
+
+
+def borrow(pool: LeanPool) -> LeanMulti:
+    """The loop parked on ``pool`` (see :meth:`LeanMulti.park`), or a new one."""
+    with _PARKING:
+        multi, pool.parked = pool.parked, None
+        if isinstance(multi, LeanMulti):
+            _PARKED.discard(multi)
+            return multi
+    return LeanMulti(pool)
+
+
+def _forget_parked() -> None:
+    for multi in list(_PARKED):
+        if multi.pool.parked is multi:
+            multi.pool.parked = None
+        multi._forget()
+    _PARKED.clear()
+
+
+at_fork_in_child(_forget_parked)
 
 
 def _field(head: bytes, name: bytes) -> bytes:
