@@ -398,26 +398,34 @@ def test_tls_connections_handshake_without_blocking(
     pool.close()
 
 
-def test_a_parked_loop_keeps_its_connections_for_the_next_borrow(
-    serve: Callable[..., Server], pools: Callable[..., LeanPool]
-) -> None:
+def _fetched(multi: LeanMulti, key: tuple[str, str, int], paths: list[str]) -> bool:
+    """Whether GETs of ``paths`` (``/.../size``) all answered 200 with their bodies."""
+    got = _run(multi, [(p, key, _request(p, key[2])) for p in paths])
+    return all(got[p].error is None and got[p].status == 200 and got[p].body == _body(p) for p in paths)
+
+
+def _parked(
+    serve: Callable[..., Server], pools: Callable[..., LeanPool], paths: list[str]
+) -> tuple[Server, LeanPool, tuple[str, str, int], LeanMulti]:
+    """A server, a pool and the loop parked on it after fetching ``paths``."""
     server = serve(lambda path: ok(_body(path)))
     pool = pools()
     key = ("http", "127.0.0.1", server.port)
     multi = borrow(pool)
-    paths = [f"/a/{i}/{100 * i}" for i in range(8)]
-    assert all(
-        a.body == _body(p)
-        for p, a in _run(multi, [(p, key, _request(p, server.port)) for p in paths]).items()
-    )
-    conns = server.accepted
+    assert _fetched(multi, key, paths)
     multi.park()
+    return server, pool, key, multi
+
+
+def test_a_parked_loop_keeps_its_connections_for_the_next_borrow(
+    serve: Callable[..., Server], pools: Callable[..., LeanPool]
+) -> None:
+    server, pool, key, multi = _parked(serve, pools, [f"/a/{i}/{100 * i}" for i in range(8)])
+    conns = server.accepted
     assert pool.parked is multi and not multi.closed and pool.idle.count() == 0
     again = borrow(pool)
     assert again is multi and pool.parked is None
-    paths = [f"/b/{i}/{100 * i}" for i in range(8)]
-    got = _run(again, [(p, key, _request(p, server.port)) for p in paths])
-    assert all(got[p].body == _body(p) for p in paths)
+    assert _fetched(again, key, [f"/b/{i}/{100 * i}" for i in range(8)])
     assert server.accepted == conns  # the same connections, still non-blocking and watched
     # a loop with a request in flight is closed, not parked; nor is a second loop
     again.submit("slow", key, _request("/c/10", server.port))
@@ -441,20 +449,14 @@ def test_a_forked_child_forgets_the_parked_loop_and_the_parent_keeps_it(
 ) -> None:
     import os
 
-    server = serve(lambda path: ok(_body(path)))
-    pool = pools()
-    key = ("http", "127.0.0.1", server.port)
-    multi = borrow(pool)
-    _run(multi, [(f"/p/{i}/50", key, _request(f"/p/{i}/50", server.port)) for i in range(4)])
-    multi.park()
+    server, pool, key, multi = _parked(serve, pools, [f"/p/{i}/50" for i in range(4)])
     conns = server.accepted
     pid = os.fork()
     if pid == 0:  # the child: its own loop and connections; the parent's are left alone
         code = 1
         try:
             mine = borrow(pool)
-            got = _run(mine, [("/q/0/70", key, _request("/q/0/70", server.port))])
-            code = 0 if mine is not multi and multi.closed and got["/q/0/70"].body == _body("/q/0/70") else 2
+            code = 0 if mine is not multi and multi.closed and _fetched(mine, key, ["/q/0/70"]) else 2
             mine.close()
         finally:
             os._exit(code)
@@ -462,8 +464,6 @@ def test_a_forked_child_forgets_the_parked_loop_and_the_parent_keeps_it(
     assert os.waitstatus_to_exitcode(status) == 0
     assert server.accepted == conns + 1  # the child connected once, for itself
     assert borrow(pool) is multi and not multi.closed
-    paths = [f"/r/{i}/60" for i in range(4)]
-    got = _run(multi, [(p, key, _request(p, server.port)) for p in paths])
-    assert all(got[p].error is None and got[p].body == _body(p) for p in paths)
+    assert _fetched(multi, key, [f"/r/{i}/60" for i in range(4)])
     assert server.accepted == conns + 1  # on the parent's connections, still its own
     multi.close()

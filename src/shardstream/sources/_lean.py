@@ -30,6 +30,7 @@ import ssl
 import struct
 from collections.abc import Mapping
 
+from ._forksafe import ForkSafeLock
 from ._idle import IdleConnections, _Closable
 from ._idle import Key as _Key
 
@@ -134,9 +135,8 @@ class LeanPool:
         self.read_timeout = read_timeout
         self._ssl = ssl_context
         self.idle: IdleConnections[_Conn] = IdleConnections(max_idle)
-        #: A non-blocking loop (``_lean_multi.LeanMulti``) parked between two uses, with its idle
-        #: connections; :meth:`close` closes it, a forked child forgets it.
-        self.parked: _Closable | None = None
+        self._parked: _Closable | None = None
+        self._park_lock = ForkSafeLock()
 
     def _connect(self, key: _Key) -> _Conn:
         scheme, host, port = key
@@ -307,9 +307,31 @@ class LeanPool:
         conn.start = end + 2
         return line
 
+    # A non-blocking loop (``_lean_multi.LeanMulti``) kept between two uses with its idle
+    # connections: :meth:`close` closes it; a forked child forgets it (``_lean_multi``).
+
+    @property
+    def parked(self) -> _Closable | None:
+        """The loop parked here, if any."""
+        return self._parked
+
+    def park(self, loop: _Closable) -> bool:
+        """Keep ``loop`` until :meth:`unpark`, unless one is kept already (then False)."""
+        with self._park_lock:
+            if self._parked is None:
+                self._parked = loop
+                return True
+        return False
+
+    def unpark(self) -> _Closable | None:
+        """The parked loop, no longer kept here (None if there is none)."""
+        with self._park_lock:
+            loop, self._parked = self._parked, None
+        return loop
+
     def close(self) -> None:
         """Close every idle connection (the parked loop's too)."""
-        parked, self.parked = self.parked, None
-        if parked is not None:
-            parked.close()  # (gives its idle connections to ``idle`` first)
+        loop = self.unpark()
+        if loop is not None:
+            loop.close()  # (gives its idle connections to ``idle`` first)
         self.idle.close()

@@ -39,7 +39,7 @@ import time
 import weakref
 from typing import Any
 
-from ._forksafe import ForkSafeLock, at_fork_in_child
+from ._forksafe import at_fork_in_child
 from ._idle import Key
 from ._lean import LeanPool, _Conn
 
@@ -118,6 +118,7 @@ class LeanMulti:
         self._ep.register(self._wake_r, _IN)
         self._next_check = 0.0
         self.closed = False
+        _LOOPS.add(self)
 
     def __len__(self) -> int:
         """Requests in flight."""
@@ -473,13 +474,8 @@ class LeanMulti:
     def park(self) -> None:
         """Keep this loop on its pool for the next :func:`borrow`, or :meth:`close` it when it
         has requests in flight or another loop is parked there."""
-        if not self.closed and not self._jobs:
-            with _PARKING:
-                if self.pool.parked is None:
-                    self.pool.parked = self
-                    _PARKED.add(self)
-                    return
-        self.close()
+        if self.closed or self._jobs or not self.pool.park(self):
+            self.close()
 
     def _forget(self) -> None:
         """In a forked child: close this process's copies of the descriptors, and nothing else
@@ -496,29 +492,26 @@ class LeanMulti:
         os.close(self._wake_w)
 
 
-_PARKING = ForkSafeLock()
-_PARKED: weakref.WeakSet[LeanMulti] = weakref.WeakSet()
+#: Every loop of this process: a forked child forgets them all, parked or not.
+_LOOPS: weakref.WeakSet[LeanMulti] = weakref.WeakSet()
 
 
 def borrow(pool: LeanPool) -> LeanMulti:
     """The loop parked on ``pool`` (see :meth:`LeanMulti.park`), or a new one."""
-    with _PARKING:
-        multi, pool.parked = pool.parked, None
-        if isinstance(multi, LeanMulti):
-            _PARKED.discard(multi)
-            return multi
-    return LeanMulti(pool)
+    multi = pool.unpark()
+    return multi if isinstance(multi, LeanMulti) else LeanMulti(pool)
 
 
-def _forget_parked() -> None:
-    for multi in list(_PARKED):
+def _forget_loops() -> None:
+    for multi in list(_LOOPS):
         if multi.pool.parked is multi:
-            multi.pool.parked = None
-        multi._forget()
-    _PARKED.clear()
+            multi.pool.unpark()
+        if not multi.closed:
+            multi._forget()
+    _LOOPS.clear()
 
 
-at_fork_in_child(_forget_parked)
+at_fork_in_child(_forget_loops)
 
 
 def _field(head: bytes, name: bytes) -> bytes:
