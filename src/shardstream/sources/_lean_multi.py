@@ -465,11 +465,7 @@ class LeanMulti:
                 conn.close()
                 continue
             self.pool.idle.give(key, conn)
-        self._idle.clear()
-        self._idle_fd.clear()
-        self._ep.close()
-        os.close(self._wake_r)
-        os.close(self._wake_w)
+        self._release()
 
     def park(self) -> None:
         """Keep this loop on its pool for the next :func:`borrow`, or :meth:`close` it when it
@@ -485,6 +481,11 @@ class LeanMulti:
             if conn is not None:
                 conn.close()
         self._jobs.clear()
+        self._release()
+
+    def _release(self) -> None:
+        """Drop the idle connections (closed or handed on by the caller) and close the loop's own
+        descriptors: the epoll instance and the wake pipe."""
         self._idle.clear()
         self._idle_fd.clear()
         self._ep.close()
