@@ -460,8 +460,16 @@ def test_a_forked_child_forgets_the_parked_loop_and_the_parent_keeps_it(
             mine.close()
         finally:
             os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+    deadline, done = time.monotonic() + 30, (0, 0)
+    try:  # the child is waited for, and killed if it hangs: no process outlives the test
+        while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        if done[0] == 0:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+    assert done[0] == pid, "the forked child did not finish within 30 s"
+    assert os.waitstatus_to_exitcode(done[1]) == 0
     assert server.accepted == conns + 1  # the child connected once, for itself
     assert borrow(pool) is multi and not multi.closed
     assert _fetched(multi, key, [f"/r/{i}/60" for i in range(4)])
