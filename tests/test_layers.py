@@ -29,6 +29,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "shardstream.types",
         "shardstream._malloc",
         "shardstream.tenbin",
+        "shardstream.forks",
     ),
     "planning": ("shardstream.shards",),  # pure functions of (shards, world)
     "sources": ("shardstream.sources",),

@@ -1,4 +1,5 @@
-"""shardstream without torch: a fresh venv holding only the core dependencies (numpy, braceexpand).
+"""shardstream without torch: a fresh venv holding only the core dependencies (numpy, braceexpand,
+cloudpickle).
 
 torch is deliberately not a dependency (users install the build they want), so the package, the
 tar reader and writer, and the ``shardstream`` inspection commands must work without it, and what
@@ -28,7 +29,7 @@ pytestmark = pytest.mark.skipif(os.name != "posix", reason="builds a POSIX venv"
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The core dependencies ([project] dependencies in pyproject.toml), by import name.
-CORE = ("numpy", "braceexpand")
+CORE = ("numpy", "braceexpand", "cloudpickle")
 
 
 def _base_python() -> str:
@@ -59,7 +60,7 @@ def _link_core_dependencies(target: Path) -> None:
 
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A venv where shardstream, numpy and braceexpand are importable, and torch is not."""
+    """A venv where shardstream and its core dependencies are importable, and torch is not."""
     home = tmp_path_factory.mktemp("no-torch")
     venv = home / "venv"
     subprocess.run([_base_python(), "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
@@ -128,7 +129,7 @@ def shard(tmp_path: Path) -> Path:
     return tmp_path / "shard-000000.tar"
 
 
-def test_core_dependencies_are_numpy_and_braceexpand() -> None:
+def test_core_dependencies_are_numpy_braceexpand_and_cloudpickle() -> None:
     tomllib = pytest.importorskip("tomllib")
     dependencies = tomllib.loads(_pyproject())["project"]["dependencies"]
     names = {re.split(r"[\s<>=!~;\[]", d, maxsplit=1)[0].lower() for d in dependencies}

@@ -2,8 +2,8 @@
 
 Offline: the build runs without isolation (the setuptools of this environment, which must be new
 enough for the SPDX licence fields), and the fresh venv installs the wheel with ``--no-index
---no-deps``; its core dependencies (numpy, braceexpand) are linked in from this environment the
-way ``tests/test_no_torch.py`` does it.
+--no-deps``; its core dependencies (numpy, braceexpand, cloudpickle) are linked in from this
+environment the way ``tests/test_no_torch.py`` does it.
 """
 
 from __future__ import annotations

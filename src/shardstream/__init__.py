@@ -73,6 +73,7 @@ if _TYPE_CHECKING:
         StateError,
         TransientSourceError,
         UnsafeOperationError,
+        WorkerStuckError,
     )
     from .handlers import (
         ignore_and_continue,
@@ -81,6 +82,7 @@ if _TYPE_CHECKING:
         warn_and_continue,
         warn_and_stop,
     )
+    from .loader import worker_context
     from .loader.loader import WebLoader
     from .pipeline.base import (
         FunctionStage,
@@ -147,11 +149,12 @@ _MODULES: dict[str, str] = {
     "shardstream.errors": (
         "AccessDeniedError CacheError CacheLockTimeout ConfigurationError DecodingError MissingFieldError "
         "ObjectChangedError PipeCommandError ShardFormatError ShardNotFoundError ShardStreamError "
-        "SourceError SplitError StateError TransientSourceError UnsafeOperationError"
+        "SourceError SplitError StateError TransientSourceError UnsafeOperationError WorkerStuckError"
     ),
     "shardstream.handlers": (
         "ignore_and_continue ignore_and_stop reraise_exception warn_and_continue warn_and_stop"
     ),
+    "shardstream.loader": "worker_context",
     "shardstream.loader.loader": "WebLoader",
     "shardstream.pipeline.base": (
         "FunctionStage MapStage Node PipelineStage RunContext Stage Stateful pipelinefilter"
@@ -249,6 +252,7 @@ __all__ = [
     "VideoClips",
     "WebDataset",
     "WebLoader",
+    "WorkerStuckError",
     "World",
     "associate",
     "autodecode",
@@ -321,6 +325,7 @@ __all__ = [
     "warn_and_stop",
     "with_epoch",
     "with_length",
+    "worker_context",
     "writer",
     "xdecode",
 ]

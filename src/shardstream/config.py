@@ -48,6 +48,15 @@ VARIABLES: Final[dict[str, tuple[str | None, str]]] = {
     "SHARDSTREAM_ALLOW_PIPE": (None, "1: allow pipe: URLs everywhere in this process (trusted legacy code)"),
     "SHARDSTREAM_TELEMETRY": (None, "1: per-stage telemetry in every dataset and WebLoader (default 0)"),
     "SHARDSTREAM_TELEMETRY_INTERVAL": (None, "seconds between telemetry log lines; 0: none (default 60)"),
+    "SHARDSTREAM_WORKER_START": (
+        None,
+        "how loaders start worker processes: auto (fork unless other threads run), fork, forkserver, spawn",
+    ),
+    "SHARDSTREAM_WORKER_TIMEOUT": (
+        None,
+        "seconds a loader waits for a worker's next batch, then raises with its stack; 0: forever "
+        "(default 600)",
+    ),
 }
 
 
@@ -127,6 +136,8 @@ class Settings:
     allow_pipe: bool = False
     telemetry: bool = False
     telemetry_interval: float = 60.0
+    worker_start: str = "auto"
+    worker_timeout: float = 600.0
 
 
 def _number(name: str, value: str | None, kind: type[int] | type[float], default: float) -> float:
@@ -177,6 +188,10 @@ def read_settings(environ: Mapping[str, str] | None = None) -> Settings:
         telemetry=_flag("SHARDSTREAM_TELEMETRY", env_value("SHARDSTREAM_TELEMETRY", env)),
         telemetry_interval=_number(
             "SHARDSTREAM_TELEMETRY_INTERVAL", env_value("SHARDSTREAM_TELEMETRY_INTERVAL", env), float, 60.0
+        ),
+        worker_start=(env_value("SHARDSTREAM_WORKER_START", env) or "auto").strip().lower(),
+        worker_timeout=_number(
+            "SHARDSTREAM_WORKER_TIMEOUT", env_value("SHARDSTREAM_WORKER_TIMEOUT", env), float, 600.0
         ),
     )
 

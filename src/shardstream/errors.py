@@ -17,8 +17,9 @@ clauses written for WebDataset keep working::
     │   ├── TransientSourceError (ConnectionError)  reset, timeout, 5xx: retried with resume
     │   ├── ObjectChangedError                object replaced mid-read (ETag/size changed, 412)
     │   └── PipeCommandError                 a pipe: command exited with a failing status
-    └── CacheError (OSError)                 the shard cache cannot be used
-        └── CacheLockTimeout (TimeoutError)  waited too long for another process's download
+    ├── CacheError (OSError)                 the shard cache cannot be used
+    │   └── CacheLockTimeout (TimeoutError)  waited too long for another process's download
+    └── WorkerStuckError (RuntimeError)      a worker sent no batch in time: names it, its PID, its stack
 
 Messages state the value, the likely cause and the fix. They never contain credentials: URLs
 are passed through :func:`redact_url` before they are formatted.
@@ -46,6 +47,7 @@ __all__ = [
     "StateError",
     "TransientSourceError",
     "UnsafeOperationError",
+    "WorkerStuckError",
     "redact_url",
 ]
 
@@ -231,6 +233,22 @@ class CacheError(ShardStreamError, OSError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
+
+
+class WorkerStuckError(ShardStreamError, RuntimeError):
+    """A loader's worker process sent no batch within the loader's bound.
+
+    A ``RuntimeError``, like torch's own ``DataLoader timed out`` error, so existing handlers keep
+    working. The message names the worker, its PID, how it was started, its state and its Python
+    stack (dumped by the worker on request), or says that it never ran Python code after the fork.
+
+    Attributes:
+        worker: the worker's index. pid: its process ID. stack: its Python stack ("" if none).
+    """
+
+    def __init__(self, message: str, *, worker: int, pid: int | None, stack: str = "") -> None:
+        super().__init__(message)
+        self.worker, self.pid, self.stack = worker, pid, stack
 
 
 class CacheLockTimeout(CacheError, TimeoutError):

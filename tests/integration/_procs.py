@@ -5,6 +5,9 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
+import traceback
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -57,3 +60,34 @@ def run_spawned(
                 os.kill(p.pid, signal.SIGKILL)
                 p.join(5)
     return [p.exitcode for p in procs]
+
+
+def fork_child(child: Callable[[], None], timeout: float = 20.0) -> tuple[int, float]:
+    """Run ``child`` in a forked process; returns (exit code, when fork returned in the parent).
+
+    The child exits 0 if ``child`` returned, 1 if it raised; a child still running after
+    ``timeout`` seconds (a deadlock) is killed by PID and reported as -9.
+    """
+    with warnings.catch_warnings():  # Python 3.12+ warns about fork() with threads running
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child
+        code = 1
+        try:
+            child()
+            code = 0
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    forked_at = time.monotonic()
+    deadline = forked_at + timeout
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status), forked_at
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return -9, forked_at
+        time.sleep(0.01)

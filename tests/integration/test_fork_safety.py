@@ -8,23 +8,22 @@ import os
 import signal
 import threading
 import time
-import traceback
-import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
+from _procs import fork_child as _fork
 from _servers import FaultProxy, HTTPFileServer, Throttle
 
 from shardstream.cache import _heartbeat
 from shardstream.cache.source import cached_source
 from shardstream.cache.stats import CacheStats
+from shardstream.forks import gate
 from shardstream.sources import SchemeRouter, get_source, open_url
 from shardstream.sources import _registry as registry
 from shardstream.sources import memory as memory_module
-from shardstream.sources._forksafe import gate
 from shardstream.sources.http import HTTPSource
 from shardstream.tar.writer import TarWriter
 
@@ -53,37 +52,6 @@ def no_process_left_behind() -> Iterator[None]:
         except (ProcessLookupError, ChildProcessError):
             pass
     assert not left, f"processes left behind: {sorted(left)}"
-
-
-def _fork(child: Callable[[], None], timeout: float = 20.0) -> tuple[int, float]:
-    """Run ``child`` in a forked process; returns (exit code, when fork returned in the parent).
-
-    The child exits 0 if ``child`` returned, 1 if it raised; a child still running after
-    ``timeout`` seconds (a deadlock) is killed by PID and reported as -9.
-    """
-    with warnings.catch_warnings():  # Python 3.12+ warns about fork() with threads running
-        warnings.simplefilter("ignore", DeprecationWarning)
-        pid = os.fork()
-    if pid == 0:  # pragma: no cover - runs in the child
-        code = 1
-        try:
-            child()
-            code = 0
-        except BaseException:
-            traceback.print_exc()
-        finally:
-            os._exit(code)
-    forked_at = time.monotonic()
-    deadline = forked_at + timeout
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return os.waitstatus_to_exitcode(status), forked_at
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            return -9, forked_at
-        time.sleep(0.01)
 
 
 class _Holder:

@@ -22,6 +22,7 @@ def test_all_is_sorted_and_complete() -> None:
         "config",
         "decoders",
         "errors",
+        "forks",
         "loader",
         "shards",
         "sources",

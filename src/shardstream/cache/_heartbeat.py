@@ -4,7 +4,7 @@ Other hosts judge a holder by this heartbeat; a holder that stops touching (its 
 process was SIGKILLed) goes stale after the owner's ``stale_after`` seconds. A file that vanished
 (taken over as stale after a long pause) is reported through its ``lost`` event.
 
-Fork-aware (see :mod:`shardstream.sources._forksafe`): the thread starts and touches files only
+Fork-aware (see :mod:`shardstream.forks`): the thread starts and touches files only
 through the fork gate, so while a DataLoader forks its workers it is parked, holding nothing; it
 carries on in the parent afterwards. A forked child has no heartbeat thread and forgets the
 parent's files (it must not keep the parent's locks alive); it starts its own thread when it
@@ -18,7 +18,7 @@ import os
 import threading
 import time
 
-from ..sources._forksafe import gate
+from ..forks import gate
 
 __all__ = ["Beat", "register", "unregister"]
 

@@ -8,7 +8,7 @@ If the consumer stops early, the copy still completes and is published. An error
 where the reader reaches the missing bytes; the reader sees end-of-file only after the whole
 shard was verified, never a silently truncated shard.
 
-The copy thread is fork-aware (see :mod:`shardstream.sources._forksafe`): it starts through the
+The copy thread is fork-aware (see :mod:`shardstream.forks`): it starts through the
 fork gate and writes, hashes and publishes inside busy regions, so a DataLoader fork finds it
 waiting in a network read or parked at the gate, never holding a lock or mid-publish.
 """
@@ -23,7 +23,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
-from ..sources._forksafe import gate
+from ..forks import gate
 
 __all__ = ["Fill", "TeeReader"]
 
@@ -68,7 +68,7 @@ class Fill:
         self._label = label
 
     def start(self) -> Fill:
-        """Start the copy on a daemon thread (through the fork gate, see ``_forksafe``)."""
+        """Start the copy on a daemon thread (through the fork gate, see ``shardstream.forks``)."""
         gate.start(self._run, name=f"shardstream-fill {self._label}")
         return self
 

@@ -9,7 +9,7 @@ import os
 import time
 from dataclasses import dataclass
 
-from ..sources._forksafe import ForkSafeLock
+from ..forks import ForkSafeLock
 
 __all__ = ["CacheStats", "CounterFile", "read_counter_files"]
 

@@ -19,6 +19,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from ..forks import gate
+
 __all__ = ["CPUMonitor", "CPUReport", "have_psutil"]
 
 log = logging.getLogger(__name__)
@@ -95,8 +97,8 @@ class CPUMonitor:
         self._os0 = os.times()
         self._t0 = time.perf_counter()
         if self._proc is not None:
-            self._thread = threading.Thread(target=self._poll, name="shardstream-cpu-monitor", daemon=True)
-            self._thread.start()
+            # Ours, through the fork gate: `bench --workers` forks DataLoader workers meanwhile.
+            self._thread = gate.start(self._poll, name="shardstream-cpu-monitor")
         return self
 
     def _sample(self) -> None:
@@ -123,7 +125,8 @@ class CPUMonitor:
 
     def _poll(self) -> None:
         while not self._stop.wait(self.interval):
-            self._sample()
+            with gate.busy():
+                self._sample()
 
     def stop(self) -> CPUReport:
         """Stop polling and return the report for the interval since :meth:`start`."""

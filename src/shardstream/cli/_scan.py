@@ -13,11 +13,11 @@ import collections
 import os
 import stat
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import IO, Any
 
 from ..errors import ShardFormatError, ShardStreamError, redact_url
+from ..forks import GatedExecutor
 from ._progress import Progress
 
 __all__ = ["Problem", "ShardScan", "SampleHook", "scan_many", "scan_shard"]
@@ -175,7 +175,7 @@ def scan_many(
         return scan_shard(url, storage_options=storage_options, allow_pipe=allow_pipe, hook=hook)
 
     results: list[ShardScan] = []
-    with Progress(len(urls), desc, "shard") as bar, ThreadPoolExecutor(max(1, min(jobs, len(urls)))) as pool:
+    with Progress(len(urls), desc, "shard") as bar, GatedExecutor(max(1, min(jobs, len(urls)))) as pool:
         for scan in pool.map(one, urls):
             results.append(scan)
             bar.update(1, problems=sum(len(s.problems) for s in results))

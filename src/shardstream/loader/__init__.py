@@ -1,5 +1,6 @@
-"""PyTorch integration: WebLoader."""
+"""PyTorch integration: WebLoader, and how its worker processes start (``worker_context``)."""
 
+from ._start import worker_context
 from .loader import WebLoader
 
-__all__ = ["WebLoader"]
+__all__ = ["WebLoader", "worker_context"]

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import logging
+import shutil
 import sys
+import tempfile
 import weakref
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 from .._malloc import tune_allocator
+from ..config import read_settings
 from ..errors import StateError
 from ..pipeline._torch import require_torch
 from ..pipeline.fluent import FluidInterface, FluidWrapper
 from ..shards.world import World
+from ._start import StartChoice, choose, prepare
 from ._state import (
     VERSION,
     Stamped,
@@ -30,18 +34,22 @@ require_torch("shardstream.WebLoader (a torch DataLoader)")
 
 from torch.utils.data import DataLoader  # noqa: E402 - after the install hint above
 
+from ._watchdog import WatchedIter, arm  # noqa: E402 - needs torch
+
 __all__ = ["WebLoader"]
 
 log = logging.getLogger(__name__)
 
 
 class _WorkerInit:
-    """Picklable worker_init_fn: tune the allocator, then call the user's function."""
+    """Picklable worker_init_fn: arm the stack dump, tune the allocator, call the user's function."""
 
     def __init__(self, user_fn: Callable[[int], None] | None) -> None:
         self.user_fn = user_fn
+        self.stacks: str | None = None  # the loader's directory for stack dumps (see _watchdog)
 
     def __call__(self, worker_id: int) -> None:
+        arm(self.stacks)
         tune_allocator()
         if self.user_fn is not None:
             self.user_fn(worker_id)
@@ -64,14 +72,27 @@ class WebLoader(DataLoader, FluidInterface):  # type: ignore[type-arg]
       the same global batch (see ``loader/_state.py``);
     * worker processes get a tuned allocator (fewer page faults when decoding images); the
       main process is left alone;
+    * workers are forked when no other thread runs in this process, and started from
+      shardstream's preloaded forkserver otherwise (gloo/NCCL, the user's threads: a forked worker
+      could inherit a lock one of them holds); ``multiprocessing_context=`` or
+      ``SHARDSTREAM_WORKER_START`` decide instead (see ``loader/_start.py``);
+    * ``worker_timeout=`` (seconds; default ``SHARDSTREAM_WORKER_TIMEOUT`` or 600; 0: wait forever;
+      torch's ``timeout=`` wins when set): a worker that sends no batch for that long raises
+      :class:`~shardstream.errors.WorkerStuckError` naming it, its PID and its Python stack;
     * ``telemetry=True`` (or ``SHARDSTREAM_TELEMETRY=1``): time per stage and worker, and how
       long the loop waits for data, in :meth:`stats` and a periodic log line.
     """
 
-    def __init__(self, dataset: Any, *args: Any, **kw: Any) -> None:
-        kw["worker_init_fn"] = _WorkerInit(kw.get("worker_init_fn"))
+    def __init__(self, dataset: Any, *args: Any, worker_timeout: float | None = None, **kw: Any) -> None:
+        self._worker_init = kw["worker_init_fn"] = _WorkerInit(kw.get("worker_init_fn"))
         telemetry = kw.pop("telemetry", None)
+        self._given_context = kw.get("multiprocessing_context")
+        self._worker_timeout = worker_timeout
+        self._stacks: str | None = None
+        self._start_logged: set[str] = set()
         super().__init__(dataset, *args, **kw)
+        if self.num_workers > 0 and self._given_context is None and choose().method == "forkserver":
+            prepare()  # threads run already (a process group): the server imports while we go on
         self._stateful = callable(getattr(dataset, "state_dict", None)) and hasattr(
             dataset, "restore_workers"
         )
@@ -129,6 +150,36 @@ class WebLoader(DataLoader, FluidInterface):  # type: ignore[type-arg]
             return batches
         live = self._live = _Live(epoch, roles, seen)
         return _tracked(batches, live)
+
+    def _get_iterator(self) -> Any:
+        if self.num_workers == 0:
+            return super()._get_iterator()
+        choice = choose(self._given_context)
+        if not choice.given:
+            self.multiprocessing_context = choice.context
+        self._log_start(choice)
+        if self._stacks is None:
+            self._stacks = tempfile.mkdtemp(prefix="shardstream-stacks-")
+            weakref.finalize(self, shutil.rmtree, self._stacks, True)
+        self._worker_init.stacks = self._stacks
+        bound = self._worker_timeout
+        if bound is None:
+            bound = read_settings().worker_timeout
+        self.check_worker_number_rationality()
+        return WatchedIter(self, bound=float(bound), stacks=self._stacks, choice=choice)
+
+    def _log_start(self, choice: StartChoice) -> None:
+        if choice.method in self._start_logged:
+            return
+        self._start_logged.add(choice.method)
+        level = logging.INFO if choice.method == "forkserver" and not choice.given else logging.DEBUG
+        log.log(
+            level,
+            "starting %d DataLoader worker(s) by %s: %s",
+            self.num_workers,
+            "shardstream's forkserver" if choice.method == "forkserver" else choice.method,
+            choice.reason,
+        )
 
     def stats(self) -> dict[str, Any]:
         """Telemetry of this loader (plain JSON data): every worker's time per stage (added up,

@@ -13,10 +13,10 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ..errors import ConfigurationError, ShardNotFoundError, redact_url
+from ..forks import GatedExecutor
 from ..sources import get_source, scheme_of
 from .manifest import MANIFEST_NAME, Manifest
 
@@ -107,9 +107,7 @@ def _list_s3(root: str, storage_options: Mapping[str, Any] | None) -> list[_Row]
     if len(subs) == 1:
         out.extend(list_all(subs[0]))
     elif subs:
-        with ThreadPoolExecutor(
-            min(_PARALLEL_LISTS, len(subs)), thread_name_prefix="shardstream-list"
-        ) as pool:
+        with GatedExecutor(min(_PARALLEL_LISTS, len(subs)), thread_name_prefix="shardstream-list") as pool:
             for part in pool.map(list_all, subs):
                 out.extend(part)
     return out

@@ -12,7 +12,8 @@ thread on epoll costs about half the client CPU per object of this engine at the
 (``benchmarks/bench_objects.py`` compares both), because a thread per request pays for waking
 that thread and handing over the GIL several times per GET. The threads here are plain ones fed
 through two ``queue.SimpleQueue`` (jobs out, results back), not an executor's futures, whose
-condition variables cost tens of microseconds per job.
+condition variables cost tens of microseconds per job. They are started through the fork gate and
+fetch inside its busy regions (:mod:`shardstream.forks`).
 
 Stopping: closing the iterator (a ``break``, a DataLoader shutting down its worker, garbage
 collection) sets the stop event, cancels jobs not started, wakes backoff sleeps and joins every
@@ -25,7 +26,10 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable, Generator, Iterable
+from functools import partial
 from typing import Any, Generic, TypeVar
+
+from ..forks import gate
 
 __all__ = ["DEFAULT_MAX_BYTES", "DEFAULT_WINDOW", "FetchAhead"]
 
@@ -96,13 +100,9 @@ class FetchAhead(Generic[J, R]):
                     submitted += 1
                     held += size
                     if len(threads) < len(pending):  # a thread per job in flight, up to the window
-                        thread = threading.Thread(
-                            target=_work,
-                            args=(self.fetch, todo, done),
-                            name=f"shardstream-fetch_{len(threads)}",
-                            daemon=True,
+                        thread = gate.start(
+                            partial(_work, self.fetch, todo, done), name=f"shardstream-fetch_{len(threads)}"
                         )
-                        thread.start()
                         threads.append(thread)
                 if not pending:
                     return
@@ -145,12 +145,13 @@ def _work(
         if item is None:
             return
         seq, job = item
-        try:
-            result = fetch(job)
-        except BaseException as exn:  # delivered in the job's place; the consumer's policy decides
-            done.put((seq, None, exn))
-        else:
-            done.put((seq, result, None))
+        with gate.busy():  # a fork waits for a fetch in flight (see shardstream.forks)
+            try:
+                result = fetch(job)
+            except BaseException as exn:  # delivered in the job's place; the consumer's policy decides
+                done.put((seq, None, exn))
+            else:
+                done.put((seq, result, None))
 
 
 _END = object()

@@ -41,9 +41,9 @@ import collections
 import queue
 import time
 from collections.abc import Generator, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+from ..forks import GatedExecutor
 from ..sources._lean_multi import borrow
 
 if TYPE_CHECKING:
@@ -90,7 +90,7 @@ def loop_fetch(
     stop.clear()
     multi = borrow(source.lean)  # the loop parked by the last call, with its connections
     helped: queue.SimpleQueue[tuple[_Sample, str, Any, BaseException | None]] = queue.SimpleQueue()
-    helpers: ThreadPoolExecutor | None = None
+    helpers: GatedExecutor | None = None
     waiting: collections.deque[tuple[_Sample, str, int]] = collections.deque()  # objects not sent
     pending: collections.deque[_Sample] = collections.deque()  # samples not delivered (ordered)
     ready: collections.deque[_Sample] = collections.deque()  # complete, not delivered (unordered)
@@ -112,7 +112,7 @@ def loop_fetch(
 
         nonlocal helpers
         if helpers is None:
-            helpers = ThreadPoolExecutor(HELPERS, thread_name_prefix="shardstream-fetch-retry")
+            helpers = GatedExecutor(HELPERS, thread_name_prefix="shardstream-fetch-retry")
         helpers.submit(run)
 
     def finish(record: _Sample, ext: str, body: Any, error: BaseException | None) -> None:

@@ -11,10 +11,10 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ..errors import ConfigurationError
+from ..forks import GatedExecutor
 from ..sources._lean_multi import AVAILABLE as LOOP_AVAILABLE
 from ._aimd import Concurrency
 from ._get import ObjectGetter
@@ -68,7 +68,7 @@ class ObjectReader:
         self._stop = threading.Event()
         self.concurrency = Concurrency(self.window)
         self.getter = ObjectGetter(self.storage_options, self.concurrency, self._stop)
-        self._pool: ThreadPoolExecutor | None = None
+        self._pool: GatedExecutor | None = None
         self._lock = threading.Lock()
 
     def __getstate__(self) -> dict[str, Any]:
@@ -118,10 +118,10 @@ class ObjectReader:
         except Exception as exc:
             return exc
 
-    def _threads(self) -> ThreadPoolExecutor:
+    def _threads(self) -> GatedExecutor:
         with self._lock:
             if self._pool is None:
-                self._pool = ThreadPoolExecutor(self.window, thread_name_prefix="shardstream-batch")
+                self._pool = GatedExecutor(self.window, thread_name_prefix="shardstream-batch")
             return self._pool
 
     def stream(self, indices: Iterable[int]) -> Iterator[tuple[int, dict[str, Any] | BaseException]]:

@@ -17,10 +17,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ..errors import ConfigurationError, ShardNotFoundError
+from ..forks import GatedExecutor
 from ..sources import SchemeRouter, Source
 from ..tar.samples import TarFormat
 from .read import ShardFormat
@@ -111,7 +111,7 @@ def shard_counts(
     missing = sorted({u for u in urls if lookup(u) is None})
     if missing:
         start = time.perf_counter()
-        with ThreadPoolExecutor(max_workers=max(1, min(max_threads, len(missing)))) as pool:
+        with GatedExecutor(max_workers=max(1, min(max_threads, len(missing)))) as pool:
             counted = list(
                 pool.map(
                     lambda u: fmt.count(src, u),

@@ -12,7 +12,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from ..sources._forksafe import ForkSafeLock
+from ..forks import ForkSafeLock
 
 if TYPE_CHECKING:
     from ._telemetry import Recorder

@@ -5,7 +5,7 @@ backend's package is missing, the error names the extra to install. :class:`Sche
 picklable Source over the whole registry; every source reads whole objects or byte ranges
 (``open(url, offset=, length=)``). ``storage_options`` apply per scheme: each source gets the
 options its constructor accepts (``source_options(scheme)``), and an option that no source
-accepts raises ConfigurationError. Fork safety of our threads and locks: see ``_forksafe``.
+accepts raises ConfigurationError. Fork safety of our threads and locks: see ``shardstream.forks``.
 """
 
 from __future__ import annotations

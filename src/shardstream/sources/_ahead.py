@@ -11,6 +11,9 @@ buffer fills with the next shard's first bytes meanwhile.
 Only opens run in the thread; reads stay on the consumer's thread. Errors of the open (retries
 included, by the stream's own policy) are raised by :meth:`PendingOpen.result`, in the consumer's
 thread, where the pipeline's error handler sees them exactly as if the open had happened there.
+The open runs inside a busy region of the fork gate (:mod:`shardstream.forks`): a fork waits for
+an open in flight (a round trip: milliseconds) instead of copying a pool, a signer or an import
+half done into the child.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import threading
 from collections.abc import Callable
 from typing import BinaryIO
 
-from ._forksafe import gate
+from ..forks import gate
 
 __all__ = ["PendingOpen"]
 
@@ -44,16 +47,17 @@ class PendingOpen:
         self._thread = gate.start(self._run, name)
 
     def _run(self) -> None:
-        try:
-            stream = self._open()
-        except BaseException as exc:  # handed to the consumer's thread by result()
-            self._error = exc
-            return
-        with self._lock:
-            if not self._cancelled:
-                self._stream = stream
+        with gate.busy():
+            try:
+                stream = self._open()
+            except BaseException as exc:  # handed to the consumer's thread by result()
+                self._error = exc
                 return
-        stream.close()  # cancelled while the open was in progress
+            with self._lock:
+                if not self._cancelled:
+                    self._stream = stream
+                    return
+            stream.close()  # cancelled while the open was in progress
 
     def result(self) -> BinaryIO:
         """The opened stream (waiting for the open to end), or the open's error raised here."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import weakref
 from typing import Any, Generic, Protocol, TypeVar
 
-from ._forksafe import ForkSafeLock, at_fork_in_child
+from ..forks import ForkSafeLock, at_fork_in_child
 
 __all__ = ["IdleConnections", "Key"]
 

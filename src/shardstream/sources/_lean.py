@@ -30,7 +30,7 @@ import ssl
 import struct
 from collections.abc import Mapping
 
-from ._forksafe import ForkSafeLock
+from ..forks import ForkSafeLock
 from ._idle import IdleConnections, _Closable
 from ._idle import Key as _Key
 

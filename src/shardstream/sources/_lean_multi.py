@@ -39,7 +39,7 @@ import time
 import weakref
 from typing import Any
 
-from ._forksafe import at_fork_in_child
+from ..forks import at_fork_in_child
 from ._idle import Key
 from ._lean import LeanPool, _Conn
 

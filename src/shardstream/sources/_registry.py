@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, BinaryIO
 
 from ..errors import ConfigurationError, UnsafeOperationError, redact_url
-from ._forksafe import ForkSafeLock
+from ..forks import ForkSafeLock
 from .base import ObjectInfo, Source, WritableSource
 
 __all__ = [

@@ -6,7 +6,7 @@ import io
 from typing import BinaryIO
 
 from ..errors import ShardNotFoundError
-from ._forksafe import ForkSafeLock
+from ..forks import ForkSafeLock
 from .base import ObjectInfo, check_range
 
 __all__ = ["MemorySource", "memory_store"]

@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from typing import IO, BinaryIO, cast
 
 from ..errors import ConfigurationError, PipeCommandError, redact_url
-from ._forksafe import gate
+from ..forks import gate
 from ._range import limit
 from .base import ObjectInfo, check_range
 
@@ -50,7 +50,7 @@ class _Tail:
         self._stream = stream
         self._limit = limit
         self._data = bytearray()
-        # Started and run through the fork gate (see _forksafe): a fork never overlaps its start
+        # Started and run through the fork gate (see shardstream.forks): a fork never overlaps its start
         # or its appends; it waits in the read, holding nothing.
         self._thread = gate.start(self._drain, name="pipe-stderr")
 

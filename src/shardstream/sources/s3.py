@@ -36,7 +36,7 @@ from urllib.parse import urlsplit
 
 from ..config import UNSET
 from ..errors import ConfigurationError, SourceError, redact_url
-from ._forksafe import ForkSafeLock
+from ..forks import ForkSafeLock
 from ._httpclient import ConnectionPool
 from ._idle import Key as Address
 from ._lean import LeanPool

@@ -1,0 +1,204 @@
+"""How loaders start worker processes: fork when that is safe, a preloaded forkserver when not.
+
+A forked child is a copy of the parent taken at one instant, with only the forking thread in it.
+Any lock another thread held at that instant stays held in the child forever: a logging lock, a
+gloo or NCCL mutex, the C runtime's loader lock of a thread that is exiting, CPython's own thread
+list (gh-112275, fixed in 3.11.10 and 3.12.1). shardstream's own threads obey the fork gate
+(:mod:`shardstream.forks`); nobody else's do. So, unless the user chose a start method:
+
+* when :func:`shardstream.forks.foreign_threads` finds none, workers are **forked**: the fast path
+  (0.1 s to the first batch), and no less safe than a single-threaded program;
+* otherwise they start from **shardstream's forkserver**: a process started once per parent with
+  ``fork + exec`` (safe from any thread), which imports torch and shardstream once and is itself
+  single-threaded, so the workers it forks inherit no lock. Starting the server costs the imports
+  (seconds, once, overlapped with the parent's work when :func:`prepare` runs early); each worker
+  then costs little more than a fork plus unpickling the dataset (``benchmarks/bench_worker_start.py``).
+
+The worker receives the dataset pickled. What exists only in the user's script (a lambda, a
+function or class defined in ``__main__`` or inside another function) travels by value through
+``cloudpickle``, and the worker never re-runs the user's script: a script without an
+``if __name__ == "__main__":`` guard works as it does with fork. Everything else is pickled as
+``multiprocessing`` does for ``spawn``.
+
+``SHARDSTREAM_WORKER_START`` (``auto``, ``fork``, ``forkserver``, ``spawn``) overrides the rule for
+the whole process; ``multiprocessing_context=`` on a loader overrides it for that loader.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import multiprocessing
+import os
+import sys
+import threading
+import types
+from dataclasses import dataclass
+from multiprocessing import context, forkserver, popen_forkserver, reduction, spawn, util
+from typing import Any
+
+from ..config import read_settings
+from ..errors import ConfigurationError
+from ..forks import foreign_threads
+
+__all__ = ["METHODS", "StartChoice", "choose", "prepare", "stop_server", "worker_context"]
+
+log = logging.getLogger(__name__)
+
+#: Values of ``SHARDSTREAM_WORKER_START``.
+METHODS = ("auto", "fork", "forkserver", "spawn")
+
+#: Imported once by the forkserver, so that workers start with them loaded.
+PRELOAD = ("torch", "torch.utils.data", "shardstream", "shardstream.loader.loader", "cloudpickle")
+#: Imported by the forkserver too when the parent has them loaded (decoders, clients).
+PRELOAD_IF_LOADED = ("numpy", "PIL.Image", "simplejpeg", "av", "botocore.session", "msgpack")
+
+
+# ------------------------------------------------------------------------------- the forkserver
+class _ByValuePickler(reduction.ForkingPickler):
+    """``multiprocessing``'s pickler, sending by value what a fresh process could not import."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, (types.FunctionType, type)) and _only_here(obj):
+            import cloudpickle
+
+            return cloudpickle.loads, (cloudpickle.dumps(obj),)
+        return NotImplemented
+
+
+def _only_here(obj: Any) -> bool:
+    """``obj`` (a function or class) cannot be found by name in another process."""
+    qualname = getattr(obj, "__qualname__", "")
+    return getattr(obj, "__module__", None) in ("__main__", "__mp_main__") or "<" in qualname
+
+
+class _Popen(popen_forkserver.Popen):
+    """Starts a process from shardstream's forkserver, without re-running the user's script."""
+
+    def _launch(self, process_obj: Any) -> None:
+        prep = spawn.get_preparation_data(process_obj._name)
+        # The child never imports the user's main module: what it needs from there travels by
+        # value (see _ByValuePickler), so a script without a __main__ guard is safe.
+        prep.pop("init_main_from_name", None)
+        prep.pop("init_main_from_path", None)
+        buf = io.BytesIO()
+        context.set_spawning_popen(self)
+        try:
+            reduction.dump(prep, buf)
+            _ByValuePickler(buf).dump(process_obj)
+        finally:
+            context.set_spawning_popen(None)
+        _ensure_server()
+        fds: list[int] = self.__dict__["_fds"]  # set by popen_forkserver.Popen.__init__
+        self.sentinel, w = _SERVER.connect_to_new_process(fds)
+        parent_w = os.dup(w)  # the child watches it to learn that this parent has gone
+        self.finalizer = util.Finalize(self, _UTIL.close_fds, (parent_w, self.sentinel))
+        with open(w, "wb", closefd=True) as f:
+            f.write(buf.getbuffer())
+        self.pid = forkserver.read_signed(self.sentinel)
+
+
+class _Process(context.ForkServerProcess):
+    _start_method = "forkserver"
+
+    @staticmethod
+    def _Popen(process_obj: Any) -> Any:  # noqa: N802 - multiprocessing's name
+        return _Popen(process_obj)
+
+
+class _Context(context.ForkServerContext):
+    """A ``multiprocessing`` context whose processes come from shardstream's forkserver."""
+
+    _name = "forkserver"
+    Process = _Process
+
+    def __repr__(self) -> str:
+        return "<shardstream forkserver context>"
+
+
+#: shardstream's own server: another instance than multiprocessing's, so that its preload list
+#: and life do not change the process-wide forkserver the user may also use. (Typed Any: its
+#: stop method and PID are not in the stubs.)
+_SERVER: Any = forkserver.ForkServer()
+_UTIL: Any = util
+_CONTEXT = _Context()
+_server_lock = threading.Lock()
+
+
+def _ensure_server() -> None:
+    with _server_lock:
+        loaded = [name for name in PRELOAD_IF_LOADED if name in sys.modules]
+        _SERVER.set_forkserver_preload([*PRELOAD, *loaded])
+        _SERVER.ensure_running()
+
+
+def prepare() -> None:
+    """Start the forkserver now (it imports torch and shardstream meanwhile); idempotent."""
+    _ensure_server()
+
+
+def stop_server() -> None:
+    """Stop shardstream's forkserver (its workers keep running); the next start makes a new one."""
+    with _server_lock:
+        _SERVER._stop()
+
+
+def server_pid() -> int | None:
+    """PID of shardstream's forkserver, or ``None`` when it is not running."""
+    pid: int | None = _SERVER._forkserver_pid
+    return pid
+
+
+# ------------------------------------------------------------------------------- the rule
+@dataclass(frozen=True)
+class StartChoice:
+    """How a loader starts its workers: ``method`` ("fork", "forkserver" or "spawn"), ``context``
+    (for DataLoader's ``multiprocessing_context``; ``None``: the platform default), ``reason`` (for
+    logs and the stuck-worker error) and ``given`` (the user chose: leave the loader's context)."""
+
+    method: str
+    context: Any
+    reason: str
+    given: bool = False
+
+
+def _setting() -> str:
+    method = read_settings().worker_start
+    if method not in METHODS:
+        raise ConfigurationError(
+            f"SHARDSTREAM_WORKER_START={method!r} is not a start method; use one of {', '.join(METHODS)}"
+        )
+    return method
+
+
+def choose(given: Any = None) -> StartChoice:
+    """The start method for workers started now (see the module docstring)."""
+    if given is not None:
+        name = given if isinstance(given, str) else given.get_start_method()
+        return StartChoice(name, given, f"multiprocessing_context={name!r} given", given=True)
+    method = _setting()
+    if method == "forkserver":
+        return StartChoice("forkserver", _CONTEXT, "SHARDSTREAM_WORKER_START=forkserver")
+    if method in ("fork", "spawn"):
+        return StartChoice(method, multiprocessing.get_context(method), f"SHARDSTREAM_WORKER_START={method}")
+    # The process's start method, without fixing it (get_start_method() would): the platform's
+    # default is the first of get_all_start_methods().
+    default = multiprocessing.get_start_method(allow_none=True) or multiprocessing.get_all_start_methods()[0]
+    if default != "fork":  # spawn (macOS, Windows) or forkserver (Python 3.14 on Linux): no fork
+        return StartChoice(default, None, f"this process's start method ({default})")
+    foreign = foreign_threads()
+    if foreign:
+        return StartChoice(
+            "forkserver", _CONTEXT, "other threads run in this process: " + "; ".join(foreign[:6])
+        )
+    return StartChoice("fork", multiprocessing.get_context("fork"), "no other thread runs in this process")
+
+
+def worker_context() -> Any:
+    """The ``multiprocessing_context`` to give a plain ``torch.utils.data.DataLoader`` created now:
+    fork when no other thread runs in this process, shardstream's forkserver otherwise (create
+    the DataLoader after ``init_process_group``). shardstream's loaders choose by themselves."""
+    choice = choose()
+    if choice.method == "forkserver":
+        prepare()
+    return choice.context
