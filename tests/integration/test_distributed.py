@@ -38,12 +38,21 @@ def write_shards(directory: Path) -> list[str]:
 
 
 def rank_main(
-    rank: int, world_size: int, port: int, urls: list[str], mode: str, epochs: int, workers: str, out: str
+    rank: int,
+    world_size: int,
+    port: int,
+    urls: list[str],
+    mode: str,
+    epochs: int,
+    workers: str | None,
+    out: str,
+    num_workers: int = 2,
 ) -> None:
-    """One rank: DataLoader with 2 workers; all_reduce after every batch; results to ``out``.
+    """One rank: DataLoader with ``num_workers``; all_reduce after every batch; results to ``out``.
 
-    ``workers`` is the workers' start method: "fork" as under torchrun (fast), or "spawn", where
-    workers cannot see torch.distributed and must get the rank from the pickled dataset.
+    ``workers`` is the workers' start method: None lets WebLoader choose (shardstream's forkserver
+    here: the process group's threads run), "fork" as plain torch does, or "spawn", where workers
+    cannot see torch.distributed and must get the rank from the pickled dataset.
     """
     import torch
     import torch.distributed as dist
@@ -68,8 +77,8 @@ def rank_main(
         loader = WebLoader(
             dataset.to_tuple(*fields).batched(BATCH),
             batch_size=None,
-            num_workers=2,
-            multiprocessing_context=workers,
+            num_workers=num_workers,
+            multiprocessing_context=workers if num_workers else None,
         )
         report: dict[str, Any] = {"len": len(loader) if mode != "split_by_node" else -1, "epochs": []}
         for epoch in range(epochs):
@@ -99,7 +108,7 @@ def rank_main(
 
 
 def run_ranks(
-    tmp_path: Path, world_size: int, mode: str, epochs: int, workers: str = "fork"
+    tmp_path: Path, world_size: int, mode: str, epochs: int, workers: str | None = None, num_workers: int = 2
 ) -> list[dict[str, Any]]:
     """Spawn ``world_size`` ranks, join them with a deadline, kill any survivor by PID."""
     urls = write_shards(tmp_path / "shards")
@@ -107,7 +116,7 @@ def run_ranks(
     outs = [str(tmp_path / f"rank{r}.json") for r in range(world_size)]
     codes = run_spawned(
         rank_main,
-        [(r, world_size, port, urls, mode, epochs, workers, outs[r]) for r in range(world_size)],
+        [(r, world_size, port, urls, mode, epochs, workers, outs[r], num_workers) for r in range(world_size)],
         timeout=JOIN_TIMEOUT,
     )
     assert codes == [0] * world_size, (
@@ -118,9 +127,12 @@ def run_ranks(
 
 @pytest.mark.timeout(150)
 @pytest.mark.skipif(sys.platform == "win32", reason="gloo over tcp on loopback")
+@pytest.mark.parametrize("num_workers", [0, 2])
 @pytest.mark.parametrize("world_size", [2, 3])
-def test_equal_mode_every_rank_same_batches_over_three_epochs(tmp_path: Path, world_size: int) -> None:
-    reports = run_ranks(tmp_path, world_size, "equal", epochs=3)
+def test_equal_mode_every_rank_same_batches_over_three_epochs(
+    tmp_path: Path, world_size: int, num_workers: int
+) -> None:
+    reports = run_ranks(tmp_path, world_size, "equal", epochs=3, num_workers=num_workers)
     expected = sum(UNEVEN) // (world_size * BATCH)
     for epoch in range(3):
         per_rank = [r["epochs"][epoch] for r in reports]

@@ -282,3 +282,13 @@ def test_a_slow_but_live_worker_is_not_stuck(spec: str) -> None:
     dataset = ss.Dataset(spec).decode().map(slow).to_tuple("cls").batched(30)  # ~1.5 s per batch
     with ss.WebLoader(dataset, batch_size=None, num_workers=1, worker_timeout=5) as loader:
         assert sum(len(b) for (b,) in loader) == 120
+
+
+def test_functions_from_exec_d_code_reach_forkserver_workers(
+    spec: str, user_thread: threading.Thread
+) -> None:
+    namespace: dict[str, Any] = {}  # no __name__: as the README's blocks or a notebook cell run
+    exec("def double(sample):\n    return sample['cls'] * 2\n", namespace)  # noqa: S102
+    dataset = ss.Dataset(spec).decode().map(namespace["double"]).batched(40)
+    with ss.WebLoader(dataset, batch_size=None, num_workers=2) as loader:
+        assert sorted(int(v) for b in loader for v in b) == [2 * i for i in range(120)]

@@ -163,6 +163,15 @@ def _workers_of(loader: Any, it: Any) -> list[int]:
     return []
 
 
+def _how_started(pids: list[int]) -> str:
+    """ "fork" when this rank is the workers' parent, "server" when a forkserver is."""
+    parents = set()
+    for pid in pids:
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            parents.add(int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]))
+    return "fork" if parents == {os.getpid()} else "server" if parents else "?"
+
+
 def rank_main(a: argparse.Namespace) -> None:
     rank = int(os.environ["RANK"])
     world = int(os.environ["WORLD_SIZE"])
@@ -213,6 +222,8 @@ def rank_main(a: argparse.Namespace) -> None:
                     for _batch in it:
                         if batches == 0:
                             rec["t_first"] = round(time.monotonic() - start, 3)
+                            if workers:
+                                rec["started"] = _how_started(_workers_of(loader, it))
                         batches += 1
                         dist.all_reduce(torch.ones(1))
                     counts = torch.tensor([batches])
@@ -403,6 +414,7 @@ def summarize(root: Path) -> dict[str, Any]:
         "hung": [f"{r['rank']}:{r['config']}" for r in recs if r["status"] == "hang"],
         "error_samples": [r["error"][-400:] for r in recs if r["status"] == "error"][:3],
         "walls": len(list(root.glob("launch-*/wall.txt"))),
+        "started_by": {how: sum(r.get("started") == how for r in forked) for how in ("fork", "server", "?")},
         "median_first_batch_s": sorted(r["t_first"] for r in forked if "t_first" in r)[len(forked) // 2]
         if forked
         else None,

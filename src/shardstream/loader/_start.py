@@ -26,127 +26,22 @@ the whole process; ``multiprocessing_context=`` on a loader overrides it for tha
 
 from __future__ import annotations
 
-import io
 import logging
 import multiprocessing
-import os
 import sys
-import threading
-import types
 from dataclasses import dataclass
-from multiprocessing import context, forkserver, popen_forkserver, reduction, spawn, util
 from typing import Any
 
 from ..config import read_settings
 from ..errors import ConfigurationError
 from ..forks import foreign_threads
 
-__all__ = ["METHODS", "StartChoice", "choose", "prepare", "stop_server", "worker_context"]
+__all__ = ["METHODS", "StartChoice", "choose", "prepare", "server_pid", "stop_server", "worker_context"]
 
 log = logging.getLogger(__name__)
 
 #: Values of ``SHARDSTREAM_WORKER_START``.
 METHODS = ("auto", "fork", "forkserver", "spawn")
-
-#: Imported once by the forkserver, so that workers start with them loaded.
-PRELOAD = ("torch", "torch.utils.data", "shardstream", "shardstream.loader.loader", "cloudpickle")
-#: Imported by the forkserver too when the parent has them loaded (decoders, clients).
-PRELOAD_IF_LOADED = ("numpy", "PIL.Image", "simplejpeg", "av", "botocore.session", "msgpack")
-
-
-# ------------------------------------------------------------------------------- the forkserver
-class _ByValuePickler(reduction.ForkingPickler):
-    """``multiprocessing``'s pickler, sending by value what a fresh process could not import."""
-
-    def reducer_override(self, obj: Any) -> Any:
-        if isinstance(obj, (types.FunctionType, type)) and _only_here(obj):
-            import cloudpickle
-
-            return cloudpickle.loads, (cloudpickle.dumps(obj),)
-        return NotImplemented
-
-
-def _only_here(obj: Any) -> bool:
-    """``obj`` (a function or class) cannot be found by name in another process."""
-    qualname = getattr(obj, "__qualname__", "")
-    return getattr(obj, "__module__", None) in ("__main__", "__mp_main__") or "<" in qualname
-
-
-class _Popen(popen_forkserver.Popen):
-    """Starts a process from shardstream's forkserver, without re-running the user's script."""
-
-    def _launch(self, process_obj: Any) -> None:
-        prep = spawn.get_preparation_data(process_obj._name)
-        # The child never imports the user's main module: what it needs from there travels by
-        # value (see _ByValuePickler), so a script without a __main__ guard is safe.
-        prep.pop("init_main_from_name", None)
-        prep.pop("init_main_from_path", None)
-        buf = io.BytesIO()
-        context.set_spawning_popen(self)
-        try:
-            reduction.dump(prep, buf)
-            _ByValuePickler(buf).dump(process_obj)
-        finally:
-            context.set_spawning_popen(None)
-        _ensure_server()
-        fds: list[int] = self.__dict__["_fds"]  # set by popen_forkserver.Popen.__init__
-        self.sentinel, w = _SERVER.connect_to_new_process(fds)
-        parent_w = os.dup(w)  # the child watches it to learn that this parent has gone
-        self.finalizer = util.Finalize(self, _UTIL.close_fds, (parent_w, self.sentinel))
-        with open(w, "wb", closefd=True) as f:
-            f.write(buf.getbuffer())
-        self.pid = forkserver.read_signed(self.sentinel)
-
-
-class _Process(context.ForkServerProcess):
-    _start_method = "forkserver"
-
-    @staticmethod
-    def _Popen(process_obj: Any) -> Any:  # noqa: N802 - multiprocessing's name
-        return _Popen(process_obj)
-
-
-class _Context(context.ForkServerContext):
-    """A ``multiprocessing`` context whose processes come from shardstream's forkserver."""
-
-    _name = "forkserver"
-    Process = _Process
-
-    def __repr__(self) -> str:
-        return "<shardstream forkserver context>"
-
-
-#: shardstream's own server: another instance than multiprocessing's, so that its preload list
-#: and life do not change the process-wide forkserver the user may also use. (Typed Any: its
-#: stop method and PID are not in the stubs.)
-_SERVER: Any = forkserver.ForkServer()
-_UTIL: Any = util
-_CONTEXT = _Context()
-_server_lock = threading.Lock()
-
-
-def _ensure_server() -> None:
-    with _server_lock:
-        loaded = [name for name in PRELOAD_IF_LOADED if name in sys.modules]
-        _SERVER.set_forkserver_preload([*PRELOAD, *loaded])
-        _SERVER.ensure_running()
-
-
-def prepare() -> None:
-    """Start the forkserver now (it imports torch and shardstream meanwhile); idempotent."""
-    _ensure_server()
-
-
-def stop_server() -> None:
-    """Stop shardstream's forkserver (its workers keep running); the next start makes a new one."""
-    with _server_lock:
-        _SERVER._stop()
-
-
-def server_pid() -> int | None:
-    """PID of shardstream's forkserver, or ``None`` when it is not running."""
-    pid: int | None = _SERVER._forkserver_pid
-    return pid
 
 
 # ------------------------------------------------------------------------------- the rule
@@ -178,7 +73,7 @@ def choose(given: Any = None) -> StartChoice:
         return StartChoice(name, given, f"multiprocessing_context={name!r} given", given=True)
     method = _setting()
     if method == "forkserver":
-        return StartChoice("forkserver", _CONTEXT, "SHARDSTREAM_WORKER_START=forkserver")
+        return StartChoice("forkserver", _server_context(), "SHARDSTREAM_WORKER_START=forkserver")
     if method in ("fork", "spawn"):
         return StartChoice(method, multiprocessing.get_context(method), f"SHARDSTREAM_WORKER_START={method}")
     # The process's start method, without fixing it (get_start_method() would): the platform's
@@ -189,9 +84,41 @@ def choose(given: Any = None) -> StartChoice:
     foreign = foreign_threads()
     if foreign:
         return StartChoice(
-            "forkserver", _CONTEXT, "other threads run in this process: " + "; ".join(foreign[:6])
+            "forkserver", _server_context(), "other threads run in this process: " + "; ".join(foreign[:6])
         )
     return StartChoice("fork", multiprocessing.get_context("fork"), "no other thread runs in this process")
+
+
+def _server_context() -> Any:
+    try:
+        from . import _forkserver
+    except ImportError as exc:  # Windows: no descriptors over sockets, so no forkserver
+        raise ConfigurationError(f"shardstream's forkserver is not available here: {exc}") from exc
+    return _forkserver.CONTEXT
+
+
+def prepare() -> None:
+    """Start shardstream's forkserver now (it imports torch and shardstream meanwhile)."""
+    from . import _forkserver
+
+    _forkserver.ensure_running()
+
+
+def stop_server() -> None:
+    """Stop shardstream's forkserver (its workers keep running); the next start makes a new one."""
+    if "shardstream.loader._forkserver" in sys.modules:
+        from . import _forkserver
+
+        _forkserver.stop()
+
+
+def server_pid() -> int | None:
+    """PID of shardstream's forkserver, or ``None`` when it is not running."""
+    if "shardstream.loader._forkserver" not in sys.modules:
+        return None
+    from . import _forkserver
+
+    return _forkserver.pid()
 
 
 def worker_context() -> Any:

@@ -28,8 +28,9 @@ from ._start import StartChoice
 
 __all__ = ["DUMP_SIGNAL", "WatchedIter", "arm"]
 
-#: The signal on which a worker writes its Python stack (all threads) into its stack file.
-DUMP_SIGNAL = signal.SIGUSR2
+#: The signal on which a worker writes its Python stack (all threads) into its stack file (POSIX;
+#: on Windows there is none, and the error says only where the worker is not).
+DUMP_SIGNAL: signal.Signals | None = getattr(signal, "SIGUSR2", None)
 #: Seconds the main process waits for a worker to write its stack.
 DUMP_WAIT = 3.0
 
@@ -43,7 +44,7 @@ def stack_file(directory: str, pid: int) -> Path:
 
 def arm(directory: str | None) -> None:
     """In a worker: write the stack of every thread into the loader's stack file on DUMP_SIGNAL."""
-    if directory is None or not hasattr(faulthandler, "register"):
+    if directory is None or DUMP_SIGNAL is None or not hasattr(faulthandler, "register"):
         return
     try:
         f = stack_file(directory, os.getpid()).open("w")
@@ -74,6 +75,8 @@ def _dump(directory: str, pid: int) -> str | None:
     path = stack_file(directory, pid)
     if not path.exists():
         return None
+    if DUMP_SIGNAL is None:
+        return ""
     before = path.stat().st_size
     try:
         os.kill(pid, DUMP_SIGNAL)
@@ -149,7 +152,7 @@ class WatchedIter(_MultiProcessingDataLoaderIter):
             if self._worker_pids_set:  # its death is ours, not torch's "killed by signal" error
                 _SIGNALS._remove_worker_pids(id(self))
                 self._worker_pids_set = False
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError, AttributeError):  # Windows has no SIGKILL
                 os.kill(pid, signal.SIGKILL)
         self._shutdown_workers()
         return WorkerStuckError(message, worker=worker, pid=pid, stack=stack)

@@ -87,6 +87,7 @@ class WebLoader(DataLoader, FluidInterface):  # type: ignore[type-arg]
         self._worker_init = kw["worker_init_fn"] = _WorkerInit(kw.get("worker_init_fn"))
         telemetry = kw.pop("telemetry", None)
         self._given_context = kw.get("multiprocessing_context")
+        self._auto_context: Any = None  # the context this loader chose itself, last time
         self._worker_timeout = worker_timeout
         self._stacks: str | None = None
         self._start_logged: set[str] = set()
@@ -154,9 +155,12 @@ class WebLoader(DataLoader, FluidInterface):  # type: ignore[type-arg]
     def _get_iterator(self) -> Any:
         if self.num_workers == 0:
             return super()._get_iterator()
+        current = self.multiprocessing_context
+        if current is not None and current is not self._auto_context:
+            self._given_context = current  # set by the user after the loader was built
         choice = choose(self._given_context)
         if not choice.given:
-            self.multiprocessing_context = choice.context
+            self.multiprocessing_context = self._auto_context = choice.context
         self._log_start(choice)
         if self._stacks is None:
             self._stacks = tempfile.mkdtemp(prefix="shardstream-stacks-")
