@@ -113,7 +113,7 @@ def main() -> None:
     urls = build_image_dataset(args.data, count=256, shards=8, size=64)
     runs = contenders(urls)
     results: dict[str, list[tuple[float, float]]] = {name: [] for name in runs}
-    for name, run in runs.items():  # warm-up: imports, page cache, the servers
+    for run in runs.values():  # warm-up: imports, page cache, the servers
         run()
     for r in range(args.rounds):
         order = list(runs) if r % 2 == 0 else list(runs)[::-1]
