@@ -14,6 +14,7 @@ module: a script without an ``if __name__ == "__main__":`` guard is not run agai
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import os
 import sys
@@ -25,9 +26,45 @@ from typing import Any
 __all__ = ["CONTEXT", "ensure_running", "pid", "stop"]
 
 #: Imported once by the server, so that workers start with them loaded.
-PRELOAD = ("torch", "torch.utils.data", "shardstream", "shardstream.loader.loader", "cloudpickle")
-#: Imported by the server too when the parent has them loaded (decoders, clients).
-PRELOAD_IF_LOADED = ("numpy", "PIL.Image", "simplejpeg", "av", "botocore.session", "msgpack")
+PRELOAD = (
+    "torch",
+    "torch.utils.data",
+    "cloudpickle",
+    "shardstream",
+    "shardstream.loader.loader",
+    "shardstream.compat",
+)
+#: Imported by the server too when installed: what a worker of a typical pipeline imports (the
+#: decoders, the S3 client: 0.1-0.3 s each per worker otherwise, at every start).
+PRELOAD_IF_INSTALLED = {
+    "numpy": ("numpy",),
+    "PIL": ("PIL.Image", "PIL.JpegImagePlugin", "PIL.PngImagePlugin"),
+    "simplejpeg": ("simplejpeg",),
+    "msgpack": ("msgpack",),
+    "botocore": ("botocore.session", "shardstream.sources.s3"),
+}
+#: Imported by the server when the parent has them loaded (heavy, and only some pipelines use them).
+PRELOAD_IF_LOADED = ("av",)
+
+
+#: Modules of ours that workers never need (and that import heavy packages: Ray, psutil, tqdm).
+_NOT_FOR_WORKERS = ("shardstream.ray", "shardstream.cli", "shardstream.testing")
+
+
+def _preload() -> list[str]:
+    names = [*PRELOAD]
+    for root, modules in PRELOAD_IF_INSTALLED.items():
+        if root in sys.modules or importlib.util.find_spec(root) is not None:
+            names += modules
+    names += [name for name in PRELOAD_IF_LOADED if name in sys.modules]
+    # Every module of ours the parent uses (other sources, decoders, stages): cheap, and each one
+    # would otherwise be imported again by every worker.
+    names += sorted(
+        name
+        for name in list(sys.modules)
+        if name.startswith("shardstream.") and not name.startswith(_NOT_FOR_WORKERS)
+    )
+    return list(dict.fromkeys(names))
 
 
 class _ByValuePickler(reduction.ForkingPickler):
@@ -110,8 +147,7 @@ _server_lock = threading.Lock()
 def ensure_running() -> None:
     """Start the server unless it runs (it imports torch and shardstream meanwhile)."""
     with _server_lock:
-        loaded = [name for name in PRELOAD_IF_LOADED if name in sys.modules]
-        _SERVER.set_forkserver_preload([*PRELOAD, *loaded])
+        _SERVER.set_forkserver_preload(_preload())
         _SERVER.ensure_running()
 
 
