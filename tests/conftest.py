@@ -74,6 +74,12 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
             "SLURM_LOCALID",
         ):
             monkeypatch.delenv(name, raising=False)
+    # This process runs the test servers' threads, so WebLoader's rule (loader/_start.py) would
+    # start every worker from the forkserver, where each worker imports the test module again:
+    # the loader tests would take twice as long. They fork, as before; the forkserver is tested
+    # where it matters: test_worker_start.py (which lifts this), the multi-rank tests (their ranks
+    # run the real rule) and the DDP harness.
+    monkeypatch.setenv("SHARDSTREAM_WORKER_START", "fork")
     # The CLI's main() configures the "shardstream" logger; do not let one test's level leak.
     logger = logging.getLogger("shardstream")
     level = logger.level

@@ -26,6 +26,12 @@ COLLECTIVE_TIMEOUT = 20.0  # seconds a rank may wait for its peers in one collec
 JOIN_TIMEOUT = 90.0
 
 
+@pytest.fixture(autouse=True)
+def real_rule(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ranks inherit this environment: WebLoader's own rule decides there (the suite pins fork)."""
+    monkeypatch.delenv("SHARDSTREAM_WORKER_START", raising=False)
+
+
 def write_shards(directory: Path) -> list[str]:
     directory.mkdir(parents=True, exist_ok=True)
     urls = []

@@ -29,6 +29,12 @@ from shardstream.loader import _start
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX start methods")
 
 
+@pytest.fixture(autouse=True)
+def real_rule(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The suite pins fork (tests/conftest.py); here WebLoader's own rule decides."""
+    monkeypatch.delenv("SHARDSTREAM_WORKER_START", raising=False)
+
+
 @pytest.fixture(scope="module", autouse=True)
 def stop_the_forkserver() -> Iterator[None]:
     yield
