@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from _servers import Cut, FaultProxy, SeaweedS3
 
-tar_writer = pytest.importorskip("shardstream.tar.writer")
-tar_samples = pytest.importorskip("shardstream.tar.samples")
-SchemeRouter = pytest.importorskip("shardstream.sources").SchemeRouter
+import shardstream.tar.samples as tar_samples
+import shardstream.tar.writer as tar_writer
+from shardstream.sources import SchemeRouter
 
 pytestmark = pytest.mark.s3
 
