@@ -147,7 +147,11 @@ _server_lock = threading.Lock()
 def ensure_running() -> None:
     """Start the server unless it runs (it imports torch and shardstream meanwhile)."""
     with _server_lock:
-        _SERVER.set_forkserver_preload(_preload())
+        # The list (a scan of sys.modules, a few find_spec lookups) is used only when the server
+        # starts: compute it then, not at every worker start. A server that died is started again
+        # with the list it had.
+        if _SERVER._forkserver_pid is None:
+            _SERVER.set_forkserver_preload(_preload())
         _SERVER.ensure_running()
 
 
