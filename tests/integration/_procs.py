@@ -91,3 +91,27 @@ def fork_child(child: Callable[[], None], timeout: float = 20.0) -> tuple[int, f
             os.waitpid(pid, 0)
             return -9, forked_at
         time.sleep(0.01)
+
+
+def children() -> set[int]:
+    """PIDs of this process's descendants (workers of a forkserver included)."""
+    import psutil
+
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+def kill_left_behind(
+    before: set[int], *, ignore: Callable[[], set[int | None]] = set, timeout: float = 10.0
+) -> set[int]:
+    """The descendants started since ``before`` (less ``ignore()``) still there after ``timeout``
+    seconds; each is killed by PID (and reaped when it is a child) before they are returned."""
+    deadline = time.monotonic() + timeout
+    while (left := children() - before - ignore()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+    return left

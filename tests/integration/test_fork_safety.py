@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import gc
 import os
-import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
+from _procs import children, kill_left_behind
 from _procs import fork_child as _fork
 from _servers import FaultProxy, HTTPFileServer, Throttle
 
@@ -33,24 +32,12 @@ ROUNDS = 8  # DataLoaders (2 forked workers each) created while the main process
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
 
 
-def _children() -> set[int]:
-    return {p.pid for p in psutil.Process().children(recursive=True)}
-
-
 @pytest.fixture(autouse=True)
 def no_process_left_behind() -> Iterator[None]:
     """Every process a test here starts is gone when it ends, whether it passed, failed or hung."""
-    before = _children()
+    before = children()
     yield
-    deadline = time.monotonic() + 10
-    while (left := _children() - before) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    for pid in left:  # kill by PID what a failing test left (then fail it)
-        try:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-        except (ProcessLookupError, ChildProcessError):
-            pass
+    left = kill_left_behind(before)  # killed by PID (then the test fails)
     assert not left, f"processes left behind: {sorted(left)}"
 
 

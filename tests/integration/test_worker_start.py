@@ -20,6 +20,7 @@ from typing import Any
 import psutil
 import pytest
 import torch.utils.data as tud
+from _procs import children, kill_left_behind
 
 import shardstream as ss
 from shardstream.errors import ConfigurationError, WorkerStuckError
@@ -50,17 +51,9 @@ def _helpers() -> set[int | None]:
 @pytest.fixture(autouse=True)
 def nothing_left_behind() -> Iterator[None]:
     """Every worker of the test is reaped, also when the test fails."""
-    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    before = children()
     yield
-    deadline = time.monotonic() + 10
-    while True:
-        left = {p.pid for p in psutil.Process().children(recursive=True)} - before - _helpers()
-        left = {pid for pid in left if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"}
-        if not left or time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
-    for pid in left:
-        os.kill(pid, signal.SIGKILL)
+    left = kill_left_behind(before, ignore=_helpers)  # killed by PID (then the test fails)
     assert not left, f"processes left behind: {sorted(left)}"
 
 
