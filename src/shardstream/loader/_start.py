@@ -8,17 +8,10 @@ list (gh-112275, fixed in 3.11.10 and 3.12.1). shardstream's own threads obey th
 
 * when :func:`shardstream.forks.foreign_threads` finds none, workers are **forked**: the fast path
   (0.1 s to the first batch), and no less safe than a single-threaded program;
-* otherwise they start from **shardstream's forkserver**: a process started once per parent with
-  ``fork + exec`` (safe from any thread), which imports torch and shardstream once and is itself
-  single-threaded, so the workers it forks inherit no lock. Starting the server costs the imports
-  (seconds, once, overlapped with the parent's work when :func:`prepare` runs early); each worker
-  then costs little more than a fork plus unpickling the dataset (``benchmarks/bench_worker_start.py``).
-
-The worker receives the dataset pickled. What exists only in the user's script (a lambda, a
-function or class defined in ``__main__`` or inside another function) travels by value through
-``cloudpickle``, and the worker never re-runs the user's script: a script without an
-``if __name__ == "__main__":`` guard works as it does with fork. Everything else is pickled as
-``multiprocessing`` does for ``spawn``.
+* otherwise they start from **shardstream's forkserver** (``_forkserver.py``: what it preloads,
+  and how the dataset reaches the workers without re-running the user's script). Starting the
+  server costs the imports (seconds, once, overlapped with the parent's work when :func:`prepare`
+  runs early); each worker then costs about what a fork does (``benchmarks/bench_worker_start.py``).
 
 ``SHARDSTREAM_WORKER_START`` (``auto``, ``fork``, ``forkserver``, ``spawn``) overrides the rule for
 the whole process; ``multiprocessing_context=`` on a loader overrides it for that loader.
