@@ -22,7 +22,8 @@ process it starts (ranks, their workers and forkservers, the HTTP server, Seawee
 kills each by PID at the end, also when a launch fails or overruns ``--launch-wall``.
 
 Output: ``OUT/launch-N/rank*.jsonl`` (one record per pass: config, workers, loader, status,
-time to the first batch) and ``OUT/summary.json`` (starts, forked starts, hangs, errors).
+time to the first batch), ``OUT/summary.json`` (starts, forked starts, hangs, errors) and
+``OUT/pids.txt`` (``pid:start time`` of every process the run saw, to check that none is left).
 """
 
 from __future__ import annotations
@@ -360,8 +361,24 @@ def _hog(out: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-c", "while True: pass", "cpu-hog", out])
 
 
-def launch_once(a: argparse.Namespace, n: int, world: int, env_extra: dict[str, str]) -> set[int]:
-    """One launch of ``world`` ranks; returns every PID seen (all killed before returning)."""
+def identity(pid: int) -> str | None:
+    """``pid:start time`` (in clock ticks since boot): names one process, even after its PID is reused."""
+    try:
+        return f"{pid}:{Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()[19]}"
+    except (OSError, IndexError):
+        return None
+
+
+def _record(root: Path, pids: set[int]) -> None:
+    """Append the identities of ``pids`` to ``root/pids.txt``: every process the run started."""
+    with (root / "pids.txt").open("a") as f:
+        for pid in sorted(pids):
+            if (name := identity(pid)) is not None:
+                f.write(name + "\n")
+
+
+def launch_once(a: argparse.Namespace, n: int, world: int, env_extra: dict[str, str]) -> None:
+    """One launch of ``world`` ranks; every process seen is recorded, then killed by PID."""
     from shardstream.testing import free_port
 
     out = Path(a.out) / f"launch-{n:03d}-w{world}"
@@ -383,11 +400,14 @@ def launch_once(a: argparse.Namespace, n: int, world: int, env_extra: dict[str, 
             )
         )
     seen: set[int] = {p.pid for p in procs}
+    _record(Path(a.out), seen)
     deadline = time.monotonic() + a.launch_wall
     try:
         while time.monotonic() < deadline and any(p.poll() is None for p in procs):
             for p in procs:
-                seen.update(descendants(p.pid))
+                found = set(descendants(p.pid)) - seen
+                _record(Path(a.out), found)
+                seen |= found
             time.sleep(0.5)
         if any(p.poll() is None for p in procs):
             with (out / "wall.txt").open("w") as f:
@@ -395,11 +415,12 @@ def launch_once(a: argparse.Namespace, n: int, world: int, env_extra: dict[str, 
                 f.write(f"launch overran {a.launch_wall}s; alive: {alive}\n")
     finally:
         for p in procs:
-            seen.update(descendants(p.pid))
+            found = set(descendants(p.pid)) - seen
+            _record(Path(a.out), found)
+            seen |= found
         _kill(seen)
         for p in procs:
             p.wait()
-    return seen
 
 
 def summarize(root: Path) -> dict[str, Any]:
@@ -482,7 +503,6 @@ def run(a: argparse.Namespace) -> int:
             a.storage_options = json.dumps(seaweed.storage_options)
         if a.hog:
             started.append(_hog(a.out))
-        deadline_ok = True
         worlds = [int(w) for w in a.worlds.split(",")]
         if a.http:  # wait for the HTTP server to answer
             import urllib.request
@@ -503,7 +523,7 @@ def run(a: argparse.Namespace) -> int:
             )
         summary = summarize(root)
         print(json.dumps(summary), flush=True)
-        return 0 if deadline_ok and summary["hangs"] == 0 and summary["errors"] == 0 else 1
+        return 0 if summary["hangs"] == 0 and summary["errors"] == 0 else 1
     finally:
         # Launches killed their own processes as they ended; what is left is ours now (a PID seen
         # in an earlier launch may belong to another program by now, so it is not killed here).
@@ -511,6 +531,7 @@ def run(a: argparse.Namespace) -> int:
         for proc in started:
             mine.update(descendants(proc.pid))
         mine.update(descendants(os.getpid()))
+        _record(root, mine | ({seaweed.pid} if seaweed is not None and seaweed.pid else set()))
         _kill(mine - {seaweed.pid} if seaweed is not None and seaweed.pid else mine)
         for proc in started:
             proc.wait()

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from hang_harness import identity
 
 HARNESS = Path(__file__).resolve().parent / "hang_harness.py"
 
@@ -31,5 +32,14 @@ def test_two_launches_of_the_ddp_harness_never_hang_and_leave_no_process(tmp_pat
     assert summary["hangs"] == 0 and summary["errors"] == 0 and summary["walls"] == 0
     # 2 ranks x (8 configurations x 2 passes + Lightning) + 3 ranks x the same
     assert summary["starts"] == 5 * (8 * 2 + 1)
-    left = [p.pid for p in psutil.process_iter(["cmdline"]) if str(out) in " ".join(p.info["cmdline"] or [])]
+    # Every process the run saw (ranks, workers, forkservers, servers, the hog), by PID and start
+    # time, so that a PID reused since by another program is not taken for one of them.
+    seen = (out / "pids.txt").read_text().split()
+    assert len(seen) >= 5 * 3  # at least each rank, its forkserver and a worker
+    left = [name for name in seen if (now := identity(int(name.split(":")[0]))) == name and _running(now)]
     assert not left, f"processes of the harness still running: {left}"
+
+
+def _running(name: str) -> bool:
+    pid = int(name.split(":")[0])
+    return psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
