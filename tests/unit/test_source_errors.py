@@ -18,8 +18,8 @@ from shardstream.errors import (
     SourceError,
     TransientSourceError,
 )
-from shardstream.sources._httpclient import network_error, status_error
 from shardstream.sources._resume import ObjectChangedError
+from shardstream.sources._status import network_error, status_error
 
 URL = "http://bob:hunter2@example.test/shards/a.tar?X-Amz-Signature=abcdef&X-Amz-Credential=AKIDX"
 

@@ -5,7 +5,7 @@ and ``max_bytes`` fetched but not consumed, delivered in order or as they comple
 sample delivered as its exception), for sources that can hand out signed request bytes
 (``S3Source.get_request``). The consumer's own thread writes each object's GET on a connection of
 the source's lean client and reads the answers that ``epoll`` reports
-(:class:`~shardstream.sources._lean_multi.LeanMulti`); requests in flight pass the same AIMD gate
+(:class:`~shardstream.net.multiplex.LeanMulti`); requests in flight pass the same AIMD gate
 (:class:`~._aimd.Concurrency`) as the threaded path, so a 503 SlowDown halves them.
 
 Why: a window of threads pays for waking a thread and handing over the GIL several times per
@@ -44,7 +44,7 @@ from collections.abc import Generator, Iterable
 from typing import TYPE_CHECKING, Any
 
 from ..forks import GatedExecutor
-from ..sources._lean_multi import borrow
+from ..net.multiplex import borrow
 
 if TYPE_CHECKING:
     from .reader import ObjectReader

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..errors import ConfigurationError
 from ..forks import GatedExecutor
-from ..sources._lean_multi import AVAILABLE as LOOP_AVAILABLE
+from ..net.multiplex import AVAILABLE as LOOP_AVAILABLE
 from ._aimd import Concurrency
 from ._get import ObjectGetter
 from .fetch import DEFAULT_MAX_BYTES, DEFAULT_WINDOW, FetchAhead

@@ -21,8 +21,9 @@ from ..errors import (
     TransientSourceError,
     redact_url,
 )
-from ._httpclient import PooledBody, network_error, status_error
+from ..net.pool import PooledBody
 from ._resume import ObjectChangedError
+from ._status import network_error, status_error
 
 __all__ = ["code_in", "error_code", "s3_error", "translate"]
 

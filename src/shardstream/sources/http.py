@@ -3,7 +3,7 @@
 A ranged open sends ``Range: bytes=offset-(offset+length-1)``; a resume after a fault asks for the
 rest of that range only. A server that ignores ``Range`` (200) is handled by skipping to the
 offset and stopping at the range's end ourselves (the connection is then closed, not reused).
-Redirects are followed (see :mod:`._redirect`): bounded hops, ``Range`` kept, credentials never
+Redirects are followed (see :mod:`shardstream.net.redirect`): bounded hops, ``Range`` kept, credentials never
 sent to another origin.
 """
 
@@ -16,10 +16,11 @@ from typing import BinaryIO, cast
 
 from ..config import UNSET
 from ..errors import ConfigurationError, SourceError
-from ._httpclient import ConnectionPool, PooledBody, network_error, status_error
-from ._redirect import basic_auth, follow_redirects
+from ..net.pool import ConnectionPool, PooledBody
+from ..net.redirect import basic_auth, follow_redirects
 from ._resume import EmptyBody, Opened, ResumableReader, range_header
 from ._retry import RetryPolicy
+from ._status import network_error, status_error
 from .base import ObjectInfo, check_range
 
 __all__ = ["HTTPSource", "beyond_end", "check_max_redirects", "content_range_total", "ssl_context"]

@@ -37,9 +37,9 @@ from urllib.parse import urlsplit
 from ..config import UNSET
 from ..errors import ConfigurationError, SourceError, redact_url
 from ..forks import ForkSafeLock
-from ._httpclient import ConnectionPool
-from ._idle import Key as Address
-from ._lean import LeanPool
+from ..net.idle import Key as Address
+from ..net.pool import ConnectionPool
+from ..net.whole import WholeBodyPool
 from ._resume import Opened, ResumableReader, range_header
 from ._retry import RetryPolicy
 from ._s3_errors import _CODES as _CODES
@@ -179,7 +179,7 @@ class S3Source:
             ssl_context=ssl_context(verify),
         )
         # Whole small objects (get_into) take a leaner client than streamed shards (see _lean).
-        self.lean = LeanPool(
+        self.lean = WholeBodyPool(
             connect_timeout=connect_timeout,
             read_timeout=read_timeout,
             response_timeout=response_timeout,

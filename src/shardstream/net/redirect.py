@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from urllib.parse import unquote, urljoin, urlsplit
 
 from ..errors import SourceError, redact_url
-from ._httpclient import PooledBody
+from .pool import PooledBody
 
 __all__ = ["REDIRECT_STATUSES", "Send", "basic_auth", "follow_redirects", "origin"]
 

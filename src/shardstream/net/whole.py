@@ -1,25 +1,24 @@
-"""Whole small bodies over HTTP/1.1 keep-alive sockets, with the least client CPU per request.
+"""Whole small bodies over HTTP/1.1 keep-alive sockets into a caller's buffer, at the least client
+CPU per request.
 
-A single-sample object is a few KB: its GET costs more in the client than on the wire. Through
-``http.client`` a signed 1 KB GET costs about 0.4 ms of CPU on our 2-core runner, mostly header
-parsing (``email.feedparser``), the response object and its buffered reader, and one ``poll``
-per socket call that a socket timeout adds. This client writes the request with one ``send``,
-receives the status line, headers and (usually) the whole body with one ``recv_into`` into a
-reused buffer, splits the headers by hand, and copies the body once into the caller's
-``bytearray``: about 0.15 ms per GET (``benchmarks/bench_objects.py``). On plain TCP, timeouts
-are the kernel's (``SO_RCVTIMEO``/``SO_SNDTIMEO``) instead of a ``poll`` before every call.
+A single-sample object is a few KB, so its GET costs more in the client than on the wire; through
+``http.client`` most of that is header parsing, the response object, its buffered reader and a
+``poll`` per socket call. This client writes the request with one ``send``, receives the status
+line, headers and usually the whole body with one ``recv_into`` into a reused buffer, splits the
+headers by hand and copies the body once into the caller's ``bytearray``; on plain TCP, timeouts
+are the kernel's (``SO_RCVTIMEO``/``SO_SNDTIMEO``) instead of a ``poll`` before every call. The
+client CPU per GET of both clients is measured in ``benchmarks/results/bench_objects.md``.
 
 It covers what an object GET needs: ``Content-Length`` and chunked bodies, bodies ended by the
 connection's close, keep-alive, and a reused connection that the server closed meanwhile (sent
 again once, on a new connection: only for GET and HEAD, which are idempotent). Streaming large
-bodies stays with :mod:`._httpclient` (its reader fills the caller's buffer without this
-module's one copy). Not supported: proxies, HTTP/2, ``Expect: 100-continue`` (1xx answers are
-skipped).
+bodies stays with :mod:`.pool` (its reader fills the caller's buffer without this module's one
+copy). Not supported: proxies, HTTP/2, ``Expect: 100-continue`` (1xx answers are skipped).
 
 Errors are the standard library's: ``OSError`` (reset, refused, timeout) and
-``http.client.HTTPException`` (a malformed response, a body cut short); callers translate them
-with :func:`~._httpclient.network_error`. The body bytes received before a failure stay in the
-caller's buffer, so a retry can resume after them.
+``http.client.HTTPException`` (a malformed response, a body cut short); the sources translate
+them. The body bytes received before a failure stay in the caller's buffer, so a retry can resume
+after them.
 """
 
 from __future__ import annotations
@@ -31,16 +30,16 @@ import struct
 from collections.abc import Mapping
 
 from ..forks import ForkSafeLock
-from ._idle import IdleConnections, _Closable
-from ._idle import Key as _Key
+from .idle import Closable, IdleConnections
+from .idle import Key as _Key
 
-__all__ = ["LeanPool", "LeanResponse", "render_request"]
+__all__ = ["WholeBodyPool", "WholeResponse", "render_request"]
 
 _BUFFER = 1 << 16
 _MAX_HEAD = 1 << 16  # status line plus headers
 
 
-class LeanResponse:
+class WholeResponse:
     """What a request returned: status, headers (lower-case names; the last of repeated ones)."""
 
     __slots__ = ("status", "headers")
@@ -63,7 +62,7 @@ def _timeval(seconds: float) -> bytes:
     return struct.pack("ll", whole, int((seconds - whole) * 1e6))
 
 
-class _Conn:
+class Connection:
     """One keep-alive connection and its receive buffer ``[start, end)``."""
 
     __slots__ = ("sock", "buf", "view", "start", "end", "plain", "timeout")
@@ -109,7 +108,7 @@ class _Conn:
             pass
 
 
-class LeanPool:
+class WholeBodyPool:
     """Keep-alive connections per (scheme, host, port) for whole-body requests; thread-safe and
     fork-aware (a forked child starts with no connections).
 
@@ -134,11 +133,11 @@ class LeanPool:
         self.response_timeout = response_timeout
         self.read_timeout = read_timeout
         self._ssl = ssl_context
-        self.idle: IdleConnections[_Conn] = IdleConnections(max_idle)
-        self._parked: _Closable | None = None
+        self.idle: IdleConnections[Connection] = IdleConnections(max_idle)
+        self._parked: Closable | None = None
         self._park_lock = ForkSafeLock()
 
-    def _connect(self, key: _Key) -> _Conn:
+    def _connect(self, key: _Key) -> Connection:
         scheme, host, port = key
         sock = socket.create_connection((host, port), timeout=self.connect_timeout)
         try:
@@ -146,9 +145,9 @@ class LeanPool:
             if scheme == "https":
                 ctx = self._ssl if self._ssl is not None else ssl.create_default_context()
                 sock = ctx.wrap_socket(sock, server_hostname=host)
-                return _Conn(sock, plain=False)
+                return Connection(sock, plain=False)
             sock.settimeout(None)  # blocking; timeouts are set as socket options
-            return _Conn(sock, plain=True)
+            return Connection(sock, plain=True)
         except BaseException:
             sock.close()
             raise
@@ -161,20 +160,20 @@ class LeanPool:
         sink: bytearray,
         *,
         method: str = "GET",
-    ) -> LeanResponse:
+    ) -> WholeResponse:
         """Send ``method target`` to ``key`` = (scheme, host, port) and append the whole body to
         ``sink``. ``headers`` must include ``Host``. On an error, the body bytes that arrived are
         in ``sink`` and the exception propagates."""
         return self.send(key, render_request(method, target, headers), sink, head=method == "HEAD")
 
-    def send(self, key: _Key, request: bytes, sink: bytearray, *, head: bool = False) -> LeanResponse:
+    def send(self, key: _Key, request: bytes, sink: bytearray, *, head: bool = False) -> WholeResponse:
         """:meth:`get` for a request already rendered (a GET, or a HEAD with ``head=True``)."""
         while True:
             conn = self.idle.take(key)
             reused = conn is not None
             if conn is None:
                 conn = self._connect(key)
-            resp = LeanResponse()
+            resp = WholeResponse()
             try:
                 conn.set_timeout(self.response_timeout)
                 conn.sock.sendall(request)
@@ -196,7 +195,7 @@ class LeanPool:
                 conn.close()
             return resp
 
-    def _read(self, conn: _Conn, resp: LeanResponse, sink: bytearray, *, head: bool) -> bool:
+    def _read(self, conn: Connection, resp: WholeResponse, sink: bytearray, *, head: bool) -> bool:
         """Read one response into ``resp`` and ``sink``; whether the connection can be reused."""
         conn.start = conn.end = 0
         while True:  # skip 1xx answers
@@ -226,7 +225,7 @@ class LeanPool:
         self._exact(conn, sink, int(length))
         return keep and conn.start == conn.end
 
-    def _head(self, conn: _Conn, resp: LeanResponse) -> int:
+    def _head(self, conn: Connection, resp: WholeResponse) -> int:
         """Parse a status line and headers at ``conn.start``; returns where the body starts."""
         buf = conn.buf
         end = buf.find(b"\r\n\r\n", conn.start, conn.end)
@@ -254,7 +253,7 @@ class LeanPool:
             fields["connection"] = "close"
         return end + 4
 
-    def _exact(self, conn: _Conn, sink: bytearray, length: int) -> None:
+    def _exact(self, conn: Connection, sink: bytearray, length: int) -> None:
         """Append ``length`` body bytes to ``sink``: the buffered ones, then straight from the socket."""
         have = min(length, conn.end - conn.start)
         sink += conn.view[conn.start : conn.start + have]
@@ -280,7 +279,7 @@ class LeanPool:
             view.release()
             del sink[at:]
 
-    def _chunked(self, conn: _Conn, sink: bytearray) -> None:
+    def _chunked(self, conn: Connection, sink: bytearray) -> None:
         conn.set_timeout(self.read_timeout)
         while True:
             line = self._line(conn)
@@ -297,7 +296,7 @@ class LeanPool:
             if self._line(conn):
                 raise http.client.HTTPException("a chunk is not followed by CRLF")
 
-    def _line(self, conn: _Conn) -> bytes:
+    def _line(self, conn: Connection) -> bytes:
         end = conn.buf.find(b"\r\n", conn.start, conn.end)
         while end < 0:
             if not conn.recv():
@@ -307,15 +306,15 @@ class LeanPool:
         conn.start = end + 2
         return line
 
-    # A non-blocking loop (``_lean_multi.LeanMulti``) kept between two uses with its idle
-    # connections: :meth:`close` closes it; a forked child forgets it (``_lean_multi``).
+    # A non-blocking loop (``multiplex.Multiplexer``) kept between two uses with its idle
+    # connections: :meth:`close` closes it; a forked child forgets it (``multiplex``).
 
     @property
-    def parked(self) -> _Closable | None:
+    def parked(self) -> Closable | None:
         """The loop parked here, if any."""
         return self._parked
 
-    def park(self, loop: _Closable) -> bool:
+    def park(self, loop: Closable) -> bool:
         """Keep ``loop`` until :meth:`unpark`, unless one is kept already (then False)."""
         with self._park_lock:
             if self._parked is None:
@@ -323,7 +322,7 @@ class LeanPool:
                 return True
         return False
 
-    def unpark(self) -> _Closable | None:
+    def unpark(self) -> Closable | None:
         """The parked loop, no longer kept here (None if there is none)."""
         with self._park_lock:
             loop, self._parked = self._parked, None

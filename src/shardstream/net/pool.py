@@ -1,11 +1,11 @@
-"""A small keep-alive connection pool over the standard library's ``http.client``, and the
-translation of HTTP statuses and socket errors into shardstream errors.
+"""Streamed response bodies on keep-alive connections: a small pool over ``http.client``.
 
 Why ``http.client`` and not urllib3 or an SDK's stream: its response's buffered reader fills the
 caller's buffer straight from the socket (``readinto1``, no intermediate ``bytes``), which
-measured the lowest client CPU per GB of all candidates (see ``s3.py``), and it lets ``close()``
-drop a half-read connection at once.
-Used by both the ``http(s)://`` and ``s3://`` sources, so both share one data path.
+measured the lowest client CPU per GB of the clients we compared (``benchmarks/bench_s3.py``), and
+it lets ``close()`` drop a half-read connection at once. The ``http(s)://`` and ``s3://`` sources
+share it; translating statuses and socket errors into shardstream errors is theirs
+(``shardstream.sources``).
 Not supported: HTTP(S) proxies (``HTTP_PROXY``) and HTTP/2.
 """
 
@@ -19,15 +19,10 @@ import ssl
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
-from ..errors import AccessDeniedError, ShardNotFoundError, SourceError, TransientSourceError, redact_url
-from ._idle import IdleConnections
-from ._idle import Key as _Key
-from ._resume import ObjectChangedError
+from .idle import IdleConnections
+from .idle import Key as _Key
 
-__all__ = ["ConnectionPool", "PooledBody", "network_error", "status_error", "TRANSIENT_STATUSES"]
-
-#: Statuses worth retrying: timeouts, throttling and server-side failures.
-TRANSIENT_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504, 509, 598, 599})
+__all__ = ["ConnectionPool", "PooledBody"]
 
 # The read buffer size of a response (socket.makefile's default).
 _READ_BUFFER = io.DEFAULT_BUFFER_SIZE
@@ -225,80 +220,3 @@ class ConnectionPool:
     def close(self) -> None:
         """Close every idle connection."""
         self.idle.close()
-
-
-def status_error(
-    status: int, url: str, *, action: str = "open", detail: str = "", fix: str = ""
-) -> SourceError:
-    """The shardstream error for an HTTP error ``status``, with a message naming URL, status and fix."""
-    url = redact_url(url)
-    what = f"cannot {action} {url}: HTTP {status}" + (f" ({detail})" if detail else "")
-    cls: type[SourceError]
-    if status in (404, 410):
-        cls, default_fix = ShardNotFoundError, "the object does not exist; check the URL and the shard spec"
-    elif status in (401, 403):
-        cls, default_fix = (
-            AccessDeniedError,
-            "access was refused; check the credentials and their permissions",
-        )
-    elif status == 412:
-        cls, default_fix = (
-            ObjectChangedError,
-            "the object changed while it was being read; read the shard again",
-        )
-    elif status in TRANSIENT_STATUSES or status >= 500:
-        cls, default_fix = TransientSourceError, "the server is busy or failing; it is retried"
-    elif status == 416:
-        cls, default_fix = SourceError, "the requested byte range is beyond the object's end"
-    elif 300 <= status < 400:
-        cls, default_fix = (
-            SourceError,
-            "a redirect that was not followed (no Location header, or max_redirects=0 in storage_options)",
-        )
-    else:
-        cls, default_fix = SourceError, "unexpected response from the server"
-    return cls(f"{what}. {fix or default_fix}.", url=url, status=status)
-
-
-def network_error(exc: BaseException, url: str, *, endpoint: str = "") -> SourceError:
-    """The shardstream error for a socket, TLS or ``http.client`` exception."""
-    url = redact_url(url)
-    where = f" (endpoint {redact_url(endpoint)})" if endpoint else ""
-    if isinstance(exc, SourceError):
-        return exc
-    if isinstance(exc, ssl.SSLCertVerificationError):
-        return SourceError(
-            f"cannot open {url}{where}: TLS certificate verification failed "
-            f"({getattr(exc, 'verify_message', None) or exc}). "
-            "Pass verify='/path/to/ca-bundle.pem' in storage_options for a private CA.",
-            url=url,
-        )
-    if isinstance(exc, socket.gaierror):
-        return TransientSourceError(
-            f"cannot open {url}{where}: the host name does not resolve ({exc.strerror}). Check the "
-            "URL or endpoint_url for typos and that DNS works on this machine.",
-            url=url,
-        )
-    if isinstance(exc, ConnectionRefusedError):
-        return TransientSourceError(
-            f"cannot open {url}{where}: connection refused. Check that the server is running and "
-            "that the host and port in the URL or endpoint_url are right.",
-            url=url,
-        )
-    if isinstance(exc, TimeoutError | socket.timeout):
-        return TransientSourceError(
-            f"reading {url}{where} timed out. The server stalled or the network is slow; it is "
-            "retried (raise read_timeout= in storage_options for slow links).",
-            url=url,
-        )
-    if isinstance(exc, http.client.IncompleteRead):
-        return TransientSourceError(
-            f"connection to {url}{where} closed early ({len(exc.partial)} bytes read, "
-            f"{exc.expected if exc.expected is not None else 'more'} bytes expected)",
-            url=url,
-        )
-    if isinstance(exc, OSError | http.client.HTTPException):
-        text = redact_url(f"{type(exc).__name__}: {exc}")
-        return TransientSourceError(f"network error on {url}{where}: {text}; it is retried", url=url)
-    text = redact_url(f"{type(exc).__name__}: {exc}")
-    return SourceError(f"unexpected error on {url}{where}: {text}", url=url)

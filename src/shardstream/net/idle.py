@@ -19,11 +19,11 @@ __all__ = ["IdleConnections", "Key"]
 Key = tuple[str, str, int]
 
 
-class _Closable(Protocol):
+class Closable(Protocol):
     def close(self) -> None: ...
 
 
-C = TypeVar("C", bound=_Closable)
+C = TypeVar("C", bound=Closable)
 
 
 class IdleConnections(Generic[C]):

@@ -1,28 +1,25 @@
-"""Many whole-body GETs at once from one thread: the lean client's connections, non-blocking, on epoll.
+"""Many whole-body GETs at once from one thread: a pool's connections, non-blocking, on epoll.
 
-With a thread per request in flight, every small GET pays for waking its thread and handing
-over the GIL, several times: on our 2-core runner a window of 32 threads costs about 0.3 ms of
-client CPU per 1-40 KB object, twice the GET itself. One thread that writes requests on
-non-blocking sockets and reads whichever answers ``epoll`` reports costs about 0.09-0.13 ms per GET
-(measured with ``benchmarks/bench_objects.py``, which records the comparison). This module is
-that thread's HTTP/1.1 part; the caller decides what to request and what to do with each answer.
+With a thread per request in flight, every small GET pays for waking its thread and handing over
+the GIL, several times; one thread that writes requests on non-blocking sockets and reads
+whichever answers ``epoll`` reports costs a fraction of that (both engines are measured in
+``benchmarks/results/bench_objects.md``). This module is that thread's HTTP/1.1 part; the caller
+decides what to request and what each answer means (:mod:`.response` parses them).
 
-The connections are the :class:`~._lean.LeanPool`'s: idle ones are taken from it (and given back
-when :meth:`LeanMulti.close` is called, blocking again), new ones are connected without blocking
-(TCP, then the TLS handshake for ``https``). Only answers with a ``Content-Length`` (or none,
-for HEAD/204/304) are read here; anything else (a chunked body, a body ended by the connection's
-close, a malformed answer, a timeout, a reset) is delivered as the request's error, and the
-caller retries it with the blocking client, which handles every case. A reused connection that
-the server had closed is reopened once and the request sent again (GET is idempotent).
+The connections are the :class:`~.whole.WholeBodyPool`'s: idle ones are taken from it (and given
+back when :meth:`Multiplexer.close` is called, blocking again), new ones are connected without
+blocking (TCP, then the TLS handshake for ``https``). Only answers with a ``Content-Length`` (or
+none, for HEAD/204/304) are read here; anything else (a chunked body, a body ended by the
+connection's close, a malformed answer, a timeout, a reset) is delivered as the request's error,
+and the caller retries it with the blocking client, which handles every case. A reused connection
+that the server had closed is reopened once and the request sent again (GET is idempotent).
 
-Between two uses a loop can be parked on its pool (:meth:`LeanMulti.park`, :func:`borrow`): its
+Between two uses a loop can be parked on its pool (:meth:`Multiplexer.park`, :func:`borrow`): its
 idle connections then stay non-blocking and registered, instead of being switched back to
-blocking, unregistered, and registered again for the next batch. A map-style dataset runs one
-short loop per DataLoader batch, and that round trip (about 40 system calls for 8 requests) cost
-it a tenth of its throughput on our 2-core runner (2,085 against 2,315 samples/s, median of 6
-alternating rounds, 2 workers, batch 4). The pool closes a parked loop with its own
-connections; a forked child forgets the parent's (closing only its copies of the descriptors, as
-the idle pools do).
+blocking, unregistered and registered again for the next batch, a round trip of tens of system
+calls that a map-style dataset (one short loop per DataLoader batch) would pay every batch. The
+pool closes a parked loop with its own connections; a forked child forgets the parent's (closing
+only its copies of the descriptors, as the idle pools do).
 
 Linux only (``select.epoll``); :data:`AVAILABLE` says whether it can be used here.
 """
@@ -30,7 +27,6 @@ Linux only (``select.epoll``); :data:`AVAILABLE` says whether it can be used her
 from __future__ import annotations
 
 import errno
-import http.client
 import os
 import select
 import socket
@@ -40,77 +36,32 @@ import weakref
 from typing import Any
 
 from ..forks import at_fork_in_child
-from ._idle import Key
-from ._lean import LeanPool, _Conn
+from .idle import Key
+from .response import CONNECTING, HANDSHAKE, RECEIVING, SENDING, WOULD_BLOCK, Answer, Job, Stale, receive
+from .whole import Connection, WholeBodyPool
 
-__all__ = ["AVAILABLE", "Answer", "LeanMulti", "borrow"]
+__all__ = ["AVAILABLE", "Answer", "Multiplexer", "borrow"]
 
 AVAILABLE = hasattr(select, "epoll")
 
 _IN = getattr(select, "EPOLLIN", 1)
 _OUT = getattr(select, "EPOLLOUT", 4)
-_WOULD_BLOCK = (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
-
-# job states
-_CONNECTING, _HANDSHAKE, _SENDING, _RECEIVING = range(4)
 
 
-class Answer:
-    """One finished request: ``status``, ``head`` (the header block, lower-cased) and ``body``, or
-    ``error``; ``sent`` is when its request was all written (``time.monotonic()``, 0 if never)."""
-
-    __slots__ = ("token", "status", "head", "body", "error", "sent")
-
-    def __init__(self, token: Any) -> None:
-        self.token = token
-        self.status = 0
-        self.head = b""
-        self.body = b""
-        self.error: BaseException | None = None
-        self.sent = 0.0
-
-    def __repr__(self) -> str:
-        return f"Answer(status={self.status}, bytes={len(self.body)}, error={self.error!r})"
-
-
-class _Job:
-    __slots__ = (
-        "token", "key", "request", "conn", "state", "mask", "sent", "reused", "head", "body",
-        "length", "got", "deadline", "answer", "keep",
-    )  # fmt: skip
-
-    def __init__(self, token: Any, key: Key, request: bytes) -> None:
-        self.token = token
-        self.key = key
-        self.request = request
-        self.conn: _Conn | None = None
-        self.state = _CONNECTING
-        self.mask = 0  # the events watched on the connection
-        self.sent = 0
-        self.reused = False
-        self.head = False  # the status line and headers have been parsed
-        self.body: bytearray | None = None  # a body too large for the connection's buffer
-        self.length = 0
-        self.got = 0
-        self.deadline = 0.0
-        self.answer = Answer(token)
-        self.keep = True
-
-
-class LeanMulti:
+class Multiplexer:
     """Requests in flight on non-blocking connections of ``pool``, driven by :meth:`wait`.
 
     Not thread-safe, except :meth:`wake`: one thread submits and waits.
     """
 
-    def __init__(self, pool: LeanPool) -> None:
+    def __init__(self, pool: WholeBodyPool) -> None:
         if not AVAILABLE:
-            raise OSError("LeanMulti needs select.epoll (Linux)")
+            raise OSError("Multiplexer needs select.epoll (Linux)")
         self.pool = pool
         self._ep = select.epoll()
-        self._jobs: dict[int, _Job] = {}  # fd -> the job on that connection
-        self._idle: dict[Key, list[_Conn]] = {}  # connections between two requests, still watched
-        self._idle_fd: dict[int, tuple[Key, _Conn]] = {}
+        self._jobs: dict[int, Job] = {}  # fd -> the job on that connection
+        self._idle: dict[Key, list[Connection]] = {}  # connections between two requests, still watched
+        self._idle_fd: dict[int, tuple[Key, Connection]] = {}
         self._addresses: dict[Key, list[Any]] = {}
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
@@ -129,11 +80,11 @@ class LeanMulti:
     def submit(self, token: Any, key: Key, request: bytes) -> Answer | None:
         """Start ``request`` (the whole request's bytes) to ``key`` = (scheme, host, port). Its
         :class:`Answer` comes from a later :meth:`wait`, or at once when it fails to start."""
-        job = _Job(token, key, request)
+        job = Job(token, key, request)
         try:
             try:
                 self._start(job)
-            except _Stale:
+            except Stale:
                 self._again(job)
         except Exception as exc:
             self._retire(job, keep=False)
@@ -141,7 +92,7 @@ class LeanMulti:
             return job.answer
         return None
 
-    def _start(self, job: _Job) -> None:
+    def _start(self, job: Job) -> None:
         key = job.key
         idle = self._idle.get(key)
         if idle:
@@ -160,17 +111,17 @@ class LeanMulti:
         job.reused = True
         job.conn = conn
         self._jobs[conn.sock.fileno()] = job
-        job.state = _SENDING
+        job.state = SENDING
         self._send(job)
 
-    def _again(self, job: _Job) -> None:
+    def _again(self, job: Job) -> None:
         """Send ``job`` again on a new connection (its reused one was closed by the server)."""
         self._retire(job, keep=False)
         job.reused = job.head = False
         job.sent = 0
         self._connect(job)
 
-    def _connect(self, job: _Job) -> None:
+    def _connect(self, job: Job) -> None:
         scheme, host, port = job.key
         infos = self._addresses.get(job.key)
         if infos is None:  # resolved once per host (blocking, like socket.create_connection)
@@ -187,8 +138,8 @@ class LeanMulti:
         except BaseException:
             sock.close()
             raise
-        job.conn = _Conn(sock, plain=scheme != "https")
-        job.state = _CONNECTING
+        job.conn = Connection(sock, plain=scheme != "https")
+        job.state = CONNECTING
         job.deadline = time.monotonic() + self.pool.connect_timeout
         self._jobs[sock.fileno()] = job
         self._ep.register(sock.fileno(), _OUT)
@@ -196,50 +147,50 @@ class LeanMulti:
 
     # -- progress -----------------------------------------------------------------------------------
 
-    def _watch(self, job: _Job, mask: int) -> None:
+    def _watch(self, job: Job, mask: int) -> None:
         if job.mask != mask:
             assert job.conn is not None
             self._ep.modify(job.conn.sock.fileno(), mask)
             job.mask = mask
 
-    def _send(self, job: _Job) -> None:
+    def _send(self, job: Job) -> None:
         """Write what remains of the request; once it is all written, wait for the answer."""
         conn = job.conn
         assert conn is not None
         try:
             job.sent += conn.sock.send(job.request[job.sent :] if job.sent else job.request)
-        except _WOULD_BLOCK:
+        except WOULD_BLOCK:
             pass
         except (ConnectionResetError, BrokenPipeError):
             if job.reused:
-                raise _Stale() from None
+                raise Stale() from None
             raise
         if job.sent < len(job.request):
             self._watch(job, _OUT)
             return
-        job.state = _RECEIVING
+        job.state = RECEIVING
         job.answer.sent = now = time.monotonic()
         job.deadline = now + self.pool.response_timeout
         conn.start = conn.end = 0
         self._watch(job, _IN)
 
-    def _advance(self, job: _Job) -> bool:
+    def _advance(self, job: Job) -> bool:
         """Move ``job`` on after an event; True when its answer is complete."""
         conn = job.conn
         assert conn is not None
-        if job.state == _CONNECTING:
+        if job.state == CONNECTING:
             code = conn.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
             if code:
                 raise OSError(code, f"cannot connect to {job.key[1]}:{job.key[2]}: {os.strerror(code)}")
             if conn.plain:
-                job.state = _SENDING
+                job.state = SENDING
             else:  # the TLS socket keeps the descriptor, so its epoll registration stays
                 ctx = self.pool._ssl if self.pool._ssl is not None else ssl.create_default_context()
                 conn.sock = ctx.wrap_socket(
                     conn.sock, server_hostname=job.key[1], do_handshake_on_connect=False
                 )
-                job.state = _HANDSHAKE
-        if job.state == _HANDSHAKE:
+                job.state = HANDSHAKE
+        if job.state == HANDSHAKE:
             try:
                 conn.sock.do_handshake()  # type: ignore[attr-defined]
             except ssl.SSLWantReadError:
@@ -248,112 +199,12 @@ class LeanMulti:
             except ssl.SSLWantWriteError:
                 self._watch(job, _OUT)
                 return False
-            job.state = _SENDING
-        if job.state == _SENDING:
+            job.state = SENDING
+        if job.state == SENDING:
             self._send(job)
-            if job.state != _RECEIVING:
+            if job.state != RECEIVING:
                 return False
-        return self._receive(job)
-
-    def _receive(self, job: _Job) -> bool:
-        """Read what arrived; True when the answer is complete."""
-        conn = job.conn
-        assert conn is not None
-        sock = conn.sock
-        while True:
-            body = job.body
-            try:
-                if body is not None:
-                    with memoryview(body) as view:
-                        n = sock.recv_into(view[job.got :])
-                    job.got += n
-                else:
-                    n = sock.recv_into(conn.view[conn.end :])
-                    conn.end += n
-            except _WOULD_BLOCK:
-                if job.head:
-                    job.deadline = time.monotonic() + self.pool.read_timeout
-                return False
-            except ConnectionResetError:
-                if job.reused and not job.head and conn.end == 0:
-                    raise _Stale() from None
-                raise
-            if not n:
-                if job.reused and not job.head and conn.end == 0:
-                    raise _Stale()
-                raise http.client.IncompleteRead(b"", job.length - job.got if job.head else None)
-            if not job.head:
-                while not job.head:  # (a 1xx answer may be followed by the real one)
-                    end = conn.buf.find(b"\r\n\r\n", 0, conn.end)
-                    if end < 0:
-                        if conn.end == len(conn.buf):
-                            raise http.client.LineTooLong("response headers longer than 64 KiB")
-                        break
-                    if self._parse_head(job, end):
-                        return True
-            elif body is not None:
-                if job.got == job.length:
-                    job.answer.body = bytes(body)
-                    return True
-            elif self._buffered_body(job):
-                return True
-
-    def _buffered_body(self, job: _Job) -> bool:
-        """Whether the whole body is in the connection's buffer (then it becomes the answer's)."""
-        conn = job.conn
-        assert conn is not None
-        have = conn.end - conn.start
-        if have < job.length:
-            return False
-        if have > job.length:
-            raise http.client.HTTPException("the server sent more bytes than Content-Length")
-        job.answer.body = bytes(conn.view[conn.start : conn.end])
-        return True
-
-    def _parse_head(self, job: _Job, end: int) -> bool:
-        """Parse the status line and headers ending at ``end``; True when the answer is complete.
-
-        Only the status and the three headers that frame the body are read (by searching the
-        lower-cased header block: a dict of every header costs more than the rest of the GET);
-        the block itself is kept in ``Answer.head``."""
-        conn = job.conn
-        assert conn is not None
-        answer = job.answer
-        head = bytes(conn.view[:end]).lower()
-        line_end = head.find(b"\r\n")
-        parts = (head if line_end < 0 else head[:line_end]).split(b" ", 2)
-        if len(parts) < 2 or not parts[0].startswith(b"http/1.") or not parts[1].isdigit():
-            raise http.client.BadStatusLine(head[:100].decode("latin-1"))
-        status = int(parts[1])
-        start = end + 4
-        if status < 200:  # 1xx: drop it, the real answer follows
-            left = conn.end - start
-            conn.view[:left] = conn.view[start : conn.end]
-            conn.end = left
-            return False
-        answer.status = status
-        answer.head = head
-        connection = _field(head, b"\r\nconnection:")
-        job.keep = b"close" not in connection and (parts[0] != b"http/1.0" or b"keep-alive" in connection)
-        job.head = True
-        conn.start = start
-        if job.request.startswith(b"HEAD ") or status in (204, 304):
-            job.length = 0
-        else:
-            length = _field(head, b"\r\ncontent-length:")
-            if not length.isdigit() or b"\r\ntransfer-encoding:" in head:
-                raise http.client.HTTPException(
-                    "an answer without a plain Content-Length is left to the blocking client"
-                )
-            job.length = int(length)
-        if self._buffered_body(job):
-            return True
-        if start + job.length > len(conn.buf):  # larger than the buffer: a body of its own
-            have = conn.end - start
-            job.body = bytearray(job.length)
-            job.body[:have] = conn.view[start : conn.end]
-            job.got = have
-        return False
+        return receive(job, self.pool.read_timeout)
 
     # -- waiting ------------------------------------------------------------------------------------
 
@@ -380,7 +231,7 @@ class LeanMulti:
                     continue
                 try:
                     complete = self._advance(job)
-                except _Stale:
+                except Stale:
                     try:
                         self._again(job)
                     except Exception as exc:
@@ -417,7 +268,7 @@ class LeanMulti:
         except BlockingIOError:  # the pipe is full: a wake is pending anyway
             pass
 
-    def _retire(self, job: _Job, *, keep: bool) -> None:
+    def _retire(self, job: Job, *, keep: bool) -> None:
         """The job's connection leaves it: kept idle (still watched) or closed."""
         conn = job.conn
         if conn is None:
@@ -425,7 +276,7 @@ class LeanMulti:
         job.conn = None
         fd = conn.sock.fileno()
         self._jobs.pop(fd, None)
-        if keep and job.state == _RECEIVING:
+        if keep and job.state == RECEIVING:
             conn.start = conn.end = 0
             if job.mask != _IN:
                 self._ep.modify(fd, _IN)
@@ -494,13 +345,13 @@ class LeanMulti:
 
 
 #: Every loop of this process: a forked child forgets them all, parked or not.
-_LOOPS: weakref.WeakSet[LeanMulti] = weakref.WeakSet()
+_LOOPS: weakref.WeakSet[Multiplexer] = weakref.WeakSet()
 
 
-def borrow(pool: LeanPool) -> LeanMulti:
-    """The loop parked on ``pool`` (see :meth:`LeanMulti.park`), or a new one."""
+def borrow(pool: WholeBodyPool) -> Multiplexer:
+    """The loop parked on ``pool`` (see :meth:`Multiplexer.park`), or a new one."""
     multi = pool.unpark()
-    return multi if isinstance(multi, LeanMulti) else LeanMulti(pool)
+    return multi if isinstance(multi, Multiplexer) else Multiplexer(pool)
 
 
 def _forget_loops() -> None:
@@ -513,17 +364,3 @@ def _forget_loops() -> None:
 
 
 at_fork_in_child(_forget_loops)
-
-
-def _field(head: bytes, name: bytes) -> bytes:
-    """The value of header ``name`` (``b"\\r\\nname:"``, lower case) in a lower-cased header block."""
-    at = head.find(name)
-    if at < 0:
-        return b""
-    at += len(name)
-    stop = head.find(b"\r\n", at)
-    return (head[at:] if stop < 0 else head[at:stop]).strip()
-
-
-class _Stale(Exception):
-    """A reused connection was closed by the server before any answer: send again on a new one."""

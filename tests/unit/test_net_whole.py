@@ -1,4 +1,4 @@
-"""The lean HTTP/1.1 client for whole small bodies, against a scripted socket server: framing
+"""The whole-body HTTP/1.1 client (net.whole), against a scripted socket server: framing
 (length, chunked, close), keep-alive and a server-closed idle connection, and failures that keep
 the bytes that arrived."""
 
@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from shardstream.sources._lean import LeanPool
+from shardstream.net.whole import WholeBodyPool
 
 # One handler per accepted connection: it gets the socket and the request bytes it read.
 Handler = Callable[[socket.socket], None]
@@ -87,7 +87,9 @@ def ok(body: bytes, extra: bytes = b"") -> bytes:
     return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n%s\r\n%s" % (len(body), extra, body)
 
 
-def get(pool: LeanPool, server: Scripted, sink: bytearray, path: str = "/k") -> tuple[int, dict[str, str]]:
+def get(
+    pool: WholeBodyPool, server: Scripted, sink: bytearray, path: str = "/k"
+) -> tuple[int, dict[str, str]]:
     resp = pool.get(("http", "127.0.0.1", server.port), path, {"Host": "x"}, sink)
     return resp.status, resp.headers
 
@@ -95,7 +97,7 @@ def get(pool: LeanPool, server: Scripted, sink: bytearray, path: str = "/k") -> 
 def test_content_length_bodies_reuse_one_connection(scripted: Callable[[list[Handler]], Scripted]) -> None:
     big = bytes(range(256)) * 1000  # larger than the receive buffer
     server = scripted([answer(ok(b"hello", b'ETag: "e1"\r\n'), ok(big), ok(b""))])
-    pool = LeanPool()
+    pool = WholeBodyPool()
     sink = bytearray()
     status, headers = get(pool, server, sink)
     assert (status, bytes(sink), headers["etag"]) == (200, b"hello", '"e1"')
@@ -116,7 +118,7 @@ def test_chunked_close_delimited_and_http10_bodies(scripted: Callable[[list[Hand
     http10 = b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok"
     continued = b"HTTP/1.1 100 Continue\r\n\r\n" + ok(b"after 100")
     server = scripted([answer(chunked, continued), answer(until_close, then_close=True), answer(http10)])
-    pool = LeanPool()
+    pool = WholeBodyPool()
     for want in (b"hello world", b"after 100", b"all of it", b"ok"):
         sink = bytearray()
         assert get(pool, server, sink)[0] == 200 and bytes(sink) == want
@@ -128,7 +130,7 @@ def test_a_reused_connection_the_server_closed_is_replaced_once(
     scripted: Callable[[list[Handler]], Scripted],
 ) -> None:
     server = scripted([answer(ok(b"one"), then_close=True), answer(ok(b"two"))])
-    pool = LeanPool()
+    pool = WholeBodyPool()
     sink = bytearray()
     get(pool, server, sink)
     time.sleep(0.1)  # the server has closed the idle connection
@@ -142,7 +144,7 @@ def test_a_cut_body_keeps_the_bytes_that_arrived(scripted: Callable[[list[Handle
     server = scripted(
         [answer(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n" + b"a" * 70000, then_close=True)]
     )
-    pool = LeanPool()
+    pool = WholeBodyPool()
     sink = bytearray(b"x")
     with pytest.raises(http.client.IncompleteRead):
         get(pool, server, sink)
@@ -157,7 +159,7 @@ def test_no_answer_times_out_and_garbage_is_refused(scripted: Callable[[list[Han
 
     server = scripted([silent])
     garbage = scripted([answer(b"SSH-2.0-OpenSSH\r\n\r\n", then_close=True)])
-    pool = LeanPool(response_timeout=0.3)
+    pool = WholeBodyPool(response_timeout=0.3)
     started = time.monotonic()
     with pytest.raises(TimeoutError):
         get(pool, server, bytearray())
@@ -169,7 +171,7 @@ def test_no_answer_times_out_and_garbage_is_refused(scripted: Callable[[list[Han
 
 def test_a_forked_child_starts_without_connections(scripted: Callable[[list[Handler]], Scripted]) -> None:
     server = scripted([answer(ok(b"one"))])
-    pool = LeanPool()
+    pool = WholeBodyPool()
     get(pool, server, bytearray())
     assert pool.idle.count() == 1
     pool.idle.forget_after_fork()  # what the at-fork hook runs in a child

@@ -1,4 +1,4 @@
-"""Many GETs at once from one thread (LeanMulti), against a real socket server with a thread per
+"""Many GETs at once from one thread (Multiplexer), against a real socket server with a thread per
 connection: bodies of every size on reused connections, 1xx answers, answers left to the blocking
 client, a server-closed idle connection, refused and silent servers, TLS, wake-ups and close."""
 
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from shardstream.sources._lean import LeanPool, render_request
-from shardstream.sources._lean_multi import AVAILABLE, Answer, LeanMulti, borrow
+from shardstream.net.multiplex import AVAILABLE, Answer, Multiplexer, borrow
+from shardstream.net.whole import WholeBodyPool, render_request
 
 pytestmark = pytest.mark.skipif(not AVAILABLE, reason="needs select.epoll (Linux)")
 
@@ -123,11 +123,11 @@ def serve() -> Iterator[Callable[..., Server]]:
 
 
 @pytest.fixture
-def pools() -> Iterator[Callable[..., LeanPool]]:
-    made: list[LeanPool] = []
+def pools() -> Iterator[Callable[..., WholeBodyPool]]:
+    made: list[WholeBodyPool] = []
 
-    def make(**kwargs: object) -> LeanPool:
-        pool = LeanPool(**kwargs)  # type: ignore[arg-type]
+    def make(**kwargs: object) -> WholeBodyPool:
+        pool = WholeBodyPool(**kwargs)  # type: ignore[arg-type]
         made.append(pool)
         return pool
 
@@ -140,7 +140,7 @@ def _request(path: str, port: int) -> bytes:
     return render_request("GET", path, {"Host": f"127.0.0.1:{port}"})
 
 
-def _run(multi: LeanMulti, jobs: list[tuple[object, tuple[str, str, int], bytes]]) -> dict[object, Answer]:
+def _run(multi: Multiplexer, jobs: list[tuple[object, tuple[str, str, int], bytes]]) -> dict[object, Answer]:
     out: dict[object, Answer] = {}
     for token, key, request in jobs:
         failed = multi.submit(token, key, request)
@@ -160,11 +160,11 @@ def _body(path: str) -> bytes:
 
 
 def test_bodies_of_every_size_on_reused_connections(
-    serve: Callable[..., Server], pools: Callable[..., LeanPool]
+    serve: Callable[..., Server], pools: Callable[..., WholeBodyPool]
 ) -> None:
     server = serve(lambda path: ok(_body(path), 'ETag: "x"'))
     pool = pools()
-    multi = LeanMulti(pool)
+    multi = Multiplexer(pool)
     key = ("http", "127.0.0.1", server.port)
     sizes = [0, 1, 1000, 65_000, 65_536, 70_000, 300_000] * 6
     try:
@@ -195,7 +195,7 @@ def test_bodies_of_every_size_on_reused_connections(
 
 
 def test_informational_answers_are_skipped_and_errors_come_with_their_body(
-    serve: Callable[..., Server], pools: Callable[..., LeanPool]
+    serve: Callable[..., Server], pools: Callable[..., WholeBodyPool]
 ) -> None:
     def respond(path: str) -> bytes:
         if path == "/missing":
@@ -203,7 +203,7 @@ def test_informational_answers_are_skipped_and_errors_come_with_their_body(
         return b"HTTP/1.1 100 Continue\r\n\r\n" + ok(b"after 100")
 
     server = serve(respond)
-    multi = LeanMulti(pools())
+    multi = Multiplexer(pools())
     key = ("http", "127.0.0.1", server.port)
     try:
         got = _run(multi, [(p, key, _request(p, server.port)) for p in ("/a", "/missing", "/b")])
@@ -214,7 +214,7 @@ def test_informational_answers_are_skipped_and_errors_come_with_their_body(
 
 
 def test_answers_it_does_not_read_are_errors_for_the_blocking_client(
-    serve: Callable[..., Server], pools: Callable[..., LeanPool]
+    serve: Callable[..., Server], pools: Callable[..., WholeBodyPool]
 ) -> None:
     def respond(path: str) -> bytes:
         if path == "/chunked":
@@ -227,7 +227,7 @@ def test_answers_it_does_not_read_are_errors_for_the_blocking_client(
 
     server = serve(respond)
     pool = pools()
-    multi = LeanMulti(pool)
+    multi = Multiplexer(pool)
     key = ("http", "127.0.0.1", server.port)
     paths = ["/chunked", "/garbage", "/fine"]
     try:
@@ -239,7 +239,7 @@ def test_answers_it_does_not_read_are_errors_for_the_blocking_client(
     assert isinstance(got["/garbage"].error, http.client.BadStatusLine)
     assert got["/fine"].body == b"fine"
     # a body cut short: the server closes after 3 of 10 bytes
-    multi = LeanMulti(pool)
+    multi = Multiplexer(pool)
     try:
         short = _run(multi, [("s", key, _request("/short", server.port))])["s"]
     finally:
@@ -249,7 +249,7 @@ def test_answers_it_does_not_read_are_errors_for_the_blocking_client(
 
 
 def test_a_connection_the_server_closed_while_idle_is_replaced_once(
-    serve: Callable[..., Server], pools: Callable[..., LeanPool]
+    serve: Callable[..., Server], pools: Callable[..., WholeBodyPool]
 ) -> None:
     served: list[str] = []
 
@@ -268,7 +268,7 @@ def test_a_connection_the_server_closed_while_idle_is_replaced_once(
         victim = server.conns[0]
     victim.shutdown(socket.SHUT_RDWR)
     time.sleep(0.1)
-    multi = LeanMulti(pool)
+    multi = Multiplexer(pool)
     try:
         got = _run(multi, [("a", key, _request("/a", server.port))])["a"]
         assert got.error is None and got.body == b"x" * 10
@@ -283,14 +283,14 @@ def test_a_connection_the_server_closed_while_idle_is_replaced_once(
 
 
 def test_refused_and_silent_servers_fail_in_time(
-    serve: Callable[..., Server], pools: Callable[..., LeanPool]
+    serve: Callable[..., Server], pools: Callable[..., WholeBodyPool]
 ) -> None:
     closed = socket.create_server(("127.0.0.1", 0))
     port = closed.getsockname()[1]
     closed.close()
     silent = serve(lambda path: b"")  # reads the request, sends nothing, keeps the connection
     pool = pools(response_timeout=0.3)
-    multi = LeanMulti(pool)
+    multi = Multiplexer(pool)
     try:
         t0 = time.monotonic()
         got = _run(
@@ -309,8 +309,8 @@ def test_refused_and_silent_servers_fail_in_time(
     assert pool.idle.count() == 0
 
 
-def test_wake_returns_a_wait_from_another_thread(pools: Callable[..., LeanPool]) -> None:
-    multi = LeanMulti(pools())
+def test_wake_returns_a_wait_from_another_thread(pools: Callable[..., WholeBodyPool]) -> None:
+    multi = Multiplexer(pools())
     try:
         timer = threading.Timer(0.2, multi.wake)
         timer.start()
@@ -323,7 +323,7 @@ def test_wake_returns_a_wait_from_another_thread(pools: Callable[..., LeanPool])
 
 
 def test_close_closes_requests_in_flight(
-    serve: Callable[..., Server], pools: Callable[..., LeanPool]
+    serve: Callable[..., Server], pools: Callable[..., WholeBodyPool]
 ) -> None:
     release = threading.Event()
 
@@ -334,7 +334,7 @@ def test_close_closes_requests_in_flight(
 
     server = serve(respond)
     pool = pools()
-    multi = LeanMulti(pool)
+    multi = Multiplexer(pool)
     key = ("http", "127.0.0.1", server.port)
     assert multi.submit("slow", key, _request("/slow", server.port)) is None
     assert _run(multi, [("fast", key, _request("/fast", server.port))])["fast"].body == b"done"
@@ -370,12 +370,14 @@ def tls(tmp_path: Path) -> tuple[ssl.SSLContext, ssl.SSLContext]:
 
 
 def test_tls_connections_handshake_without_blocking(
-    serve: Callable[..., Server], tls: tuple[ssl.SSLContext, ssl.SSLContext], pools: Callable[..., LeanPool]
+    serve: Callable[..., Server],
+    tls: tuple[ssl.SSLContext, ssl.SSLContext],
+    pools: Callable[..., WholeBodyPool],
 ) -> None:
     server_ctx, client_ctx = tls
     server = serve(lambda path: ok(_body(path)), server_ctx)
     pool = pools(ssl_context=client_ctx)
-    multi = LeanMulti(pool)
+    multi = Multiplexer(pool)
     key = ("https", "127.0.0.1", server.port)
     try:
         for rnd in range(2):
@@ -389,7 +391,7 @@ def test_tls_connections_handshake_without_blocking(
     pool.get(key, "/back/7", {"Host": "h"}, sink)
     assert bytes(sink) == _body("/back/7")
     # a server whose certificate is not trusted: the handshake fails, clearly
-    untrusting = LeanMulti(pools())
+    untrusting = Multiplexer(pools())
     try:
         got = _run(untrusting, [("x", key, _request("/x/1", server.port))])
     finally:
@@ -398,15 +400,15 @@ def test_tls_connections_handshake_without_blocking(
     pool.close()
 
 
-def _fetched(multi: LeanMulti, key: tuple[str, str, int], paths: list[str]) -> bool:
+def _fetched(multi: Multiplexer, key: tuple[str, str, int], paths: list[str]) -> bool:
     """Whether GETs of ``paths`` (``/.../size``) all answered 200 with their bodies."""
     got = _run(multi, [(p, key, _request(p, key[2])) for p in paths])
     return all(got[p].error is None and got[p].status == 200 and got[p].body == _body(p) for p in paths)
 
 
 def _parked(
-    serve: Callable[..., Server], pools: Callable[..., LeanPool], paths: list[str]
-) -> tuple[Server, LeanPool, tuple[str, str, int], LeanMulti]:
+    serve: Callable[..., Server], pools: Callable[..., WholeBodyPool], paths: list[str]
+) -> tuple[Server, WholeBodyPool, tuple[str, str, int], Multiplexer]:
     """A server, a pool and the loop parked on it after fetching ``paths``."""
     server = serve(lambda path: ok(_body(path)))
     pool = pools()
@@ -418,7 +420,7 @@ def _parked(
 
 
 def test_a_parked_loop_keeps_its_connections_for_the_next_borrow(
-    serve: Callable[..., Server], pools: Callable[..., LeanPool]
+    serve: Callable[..., Server], pools: Callable[..., WholeBodyPool]
 ) -> None:
     server, pool, key, multi = _parked(serve, pools, [f"/a/{i}/{100 * i}" for i in range(8)])
     conns = server.accepted
@@ -445,7 +447,7 @@ def test_a_parked_loop_keeps_its_connections_for_the_next_borrow(
 
 
 def test_a_forked_child_forgets_the_parked_loop_and_the_parent_keeps_it(
-    serve: Callable[..., Server], pools: Callable[..., LeanPool]
+    serve: Callable[..., Server], pools: Callable[..., WholeBodyPool]
 ) -> None:
     import os
 

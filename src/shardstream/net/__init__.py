@@ -1,0 +1,14 @@
+"""HTTP/1.1 on sockets, below the sources: it knows no URL scheme and no S3.
+
+- :mod:`.pool`: streamed bodies on keep-alive connections (``http.client``), for shards.
+- :mod:`.whole`: whole small bodies into a caller's buffer, for single objects.
+- :mod:`.multiplex`: many whole-body GETs on one thread's ``epoll`` loop (:mod:`.response`
+  parses each answer).
+- :mod:`.idle`: the idle keep-alive connections both clients keep, fork-aware.
+- :mod:`.redirect`: following redirects without leaking credentials.
+
+The sources (:mod:`shardstream.sources`) sign and address requests and translate statuses and
+socket errors into shardstream errors; nothing above them imports this package.
+"""
+
+__all__: list[str] = []

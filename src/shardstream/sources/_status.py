@@ -1,0 +1,104 @@
+"""HTTP statuses and socket errors of the ``http(s)://`` and ``s3://`` sources as shardstream errors.
+
+The only place above :mod:`shardstream.net` that reads an HTTP status: the sources translate
+every answer here (S3's error codes refine it in :mod:`._s3_errors`), so code above ``sources/``
+sees :class:`~shardstream.errors.SourceError` subclasses and never a status.
+"""
+
+from __future__ import annotations
+
+import http.client
+import socket
+import ssl
+
+from ..errors import AccessDeniedError, ShardNotFoundError, SourceError, TransientSourceError, redact_url
+from ._resume import ObjectChangedError
+
+__all__ = ["THROTTLE_STATUSES", "TRANSIENT_STATUSES", "is_throttle", "network_error", "status_error"]
+
+#: Statuses worth retrying: timeouts, throttling and server-side failures.
+TRANSIENT_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504, 509, 598, 599})
+#: Statuses that ask the client to slow down (503 SlowDown, 429 Too Many Requests).
+THROTTLE_STATUSES = frozenset({429, 503})
+
+
+def is_throttle(exc: BaseException) -> bool:
+    """Whether ``exc`` is a throttling answer (a client should lower its request rate)."""
+    return isinstance(exc, TransientSourceError) and exc.status in THROTTLE_STATUSES
+
+
+def status_error(
+    status: int, url: str, *, action: str = "open", detail: str = "", fix: str = ""
+) -> SourceError:
+    """The shardstream error for an HTTP error ``status``, with a message naming URL, status and fix."""
+    url = redact_url(url)
+    what = f"cannot {action} {url}: HTTP {status}" + (f" ({detail})" if detail else "")
+    cls: type[SourceError]
+    if status in (404, 410):
+        cls, default_fix = ShardNotFoundError, "the object does not exist; check the URL and the shard spec"
+    elif status in (401, 403):
+        cls, default_fix = (
+            AccessDeniedError,
+            "access was refused; check the credentials and their permissions",
+        )
+    elif status == 412:
+        cls, default_fix = (
+            ObjectChangedError,
+            "the object changed while it was being read; read the shard again",
+        )
+    elif status in TRANSIENT_STATUSES or status >= 500:
+        cls, default_fix = TransientSourceError, "the server is busy or failing; it is retried"
+    elif status == 416:
+        cls, default_fix = SourceError, "the requested byte range is beyond the object's end"
+    elif 300 <= status < 400:
+        cls, default_fix = (
+            SourceError,
+            "a redirect that was not followed (no Location header, or max_redirects=0 in storage_options)",
+        )
+    else:
+        cls, default_fix = SourceError, "unexpected response from the server"
+    return cls(f"{what}. {fix or default_fix}.", url=url, status=status)
+
+
+def network_error(exc: BaseException, url: str, *, endpoint: str = "") -> SourceError:
+    """The shardstream error for a socket, TLS or ``http.client`` exception."""
+    url = redact_url(url)
+    where = f" (endpoint {redact_url(endpoint)})" if endpoint else ""
+    if isinstance(exc, SourceError):
+        return exc
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return SourceError(
+            f"cannot open {url}{where}: TLS certificate verification failed "
+            f"({getattr(exc, 'verify_message', None) or exc}). "
+            "Pass verify='/path/to/ca-bundle.pem' in storage_options for a private CA.",
+            url=url,
+        )
+    if isinstance(exc, socket.gaierror):
+        return TransientSourceError(
+            f"cannot open {url}{where}: the host name does not resolve ({exc.strerror}). Check the "
+            "URL or endpoint_url for typos and that DNS works on this machine.",
+            url=url,
+        )
+    if isinstance(exc, ConnectionRefusedError):
+        return TransientSourceError(
+            f"cannot open {url}{where}: connection refused. Check that the server is running and "
+            "that the host and port in the URL or endpoint_url are right.",
+            url=url,
+        )
+    if isinstance(exc, TimeoutError | socket.timeout):
+        return TransientSourceError(
+            f"reading {url}{where} timed out. The server stalled or the network is slow; it is "
+            "retried (raise read_timeout= in storage_options for slow links).",
+            url=url,
+        )
+    if isinstance(exc, http.client.IncompleteRead):
+        return TransientSourceError(
+            f"connection to {url}{where} closed early ({len(exc.partial)} bytes read, "
+            f"{exc.expected if exc.expected is not None else 'more'} bytes expected)",
+            url=url,
+        )
+    if isinstance(exc, OSError | http.client.HTTPException):
+        text = redact_url(f"{type(exc).__name__}: {exc}")
+        return TransientSourceError(f"network error on {url}{where}: {text}; it is retried", url=url)
+    text = redact_url(f"{type(exc).__name__}: {exc}")
+    return SourceError(f"unexpected error on {url}{where}: {text}", url=url)
