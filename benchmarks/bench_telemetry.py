@@ -110,7 +110,7 @@ _COUNTED = """
 import sys
 sys.path.insert(0, {bench!r})
 import shardstream as ss
-from shardstream.pipeline import _telemetry_clock
+from shardstream.telemetry import clock as _telemetry_clock
 # Under valgrind every pull looks ~50x slower; keep the clock's sampling what it is at full speed.
 _telemetry_clock.SLOW_NS = 10**12
 urls = {urls!r}

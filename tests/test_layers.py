@@ -1,4 +1,5 @@
-"""Layering of src/shardstream: no upward imports between layers, no import cycles.
+"""Layering of src/shardstream: no upward imports between layers, no import cycles, and no
+private name crossing a package.
 
 The import graph is read from the source with ``ast``: every ``import`` and ``from ... import``,
 including lazy ones inside functions, with relative imports resolved to absolute names. Imports
@@ -26,17 +27,21 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "shardstream.errors",
         "shardstream.config",
         "shardstream.handlers",
-        "shardstream.types",
-        "shardstream._malloc",
+        "shardstream.malloc",
         "shardstream.tenbin",
         "shardstream.forks",
+        "shardstream.optional",
     ),
     "planning": ("shardstream.shards",),  # pure functions of (shards, world)
+    "net": ("shardstream.net",),  # HTTP/1.1 on sockets: no URL scheme, no S3
     "sources": ("shardstream.sources",),
     "decoders": ("shardstream.decoders",),  # leaves that see bytes
     "cache": ("shardstream.cache",),
     "formats": ("shardstream.tar", "shardstream.objects"),
-    "stages": ("shardstream.pipeline",),
+    "telemetry": ("shardstream.telemetry",),  # a leaf the stages call; knows no stage
+    "stages": ("shardstream.pipeline",),  # the stage contract and the sample stages
+    "readers": ("shardstream.readers",),  # the stages that start a pipeline
+    "datasets": ("shardstream.datasets",),  # the front doors
     "loader": ("shardstream.loader",),
     "facades": (
         "shardstream.compat",
@@ -51,14 +56,23 @@ LAYERS: dict[str, tuple[str, ...]] = {
 MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "base": (),
     "planning": ("base",),
-    "sources": ("base",),
+    "net": ("base",),
+    "sources": ("base", "net"),
     "decoders": ("base",),
     "cache": ("base", "sources"),
-    "formats": ("base", "sources", "decoders"),
-    "stages": ("base", "planning", "sources", "decoders", "cache", "formats"),
-    "loader": ("base", "planning", "sources", "decoders", "cache", "formats", "stages"),
-    "facades": ("base", "planning", "sources", "decoders", "cache", "formats", "stages", "loader"),
-}
+    "formats": ("base", "net", "sources", "decoders"),
+    "telemetry": ("base",),
+    "stages": ("base", "planning", "sources", "decoders", "telemetry"),
+    "readers": ("base", "planning", "sources", "decoders", "cache", "formats", "telemetry", "stages"),
+    "datasets": (
+        "base", "planning", "sources", "decoders", "cache", "formats", "telemetry", "stages", "readers",
+    ),
+    "loader": ("base", "planning", "sources", "decoders", "telemetry", "stages", "readers", "datasets"),
+    "facades": (
+        "base", "planning", "net", "sources", "decoders", "cache", "formats", "telemetry", "stages",
+        "readers", "datasets", "loader",
+    ),
+}  # fmt: skip
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE_DIR = ROOT / "src" / "shardstream"
@@ -76,6 +90,8 @@ class Edge:
     file: str
     line: int
     lazy: bool
+    #: The private names (``_x``) taken from ``imported`` by ``from imported import _x``.
+    private: tuple[str, ...] = ()
 
     def __str__(self) -> str:
         return f"{self.importer} -> {self.imported} ({self.file}:{self.line}{', lazy' if self.lazy else ''})"
@@ -100,7 +116,7 @@ class _Collector(ast.NodeVisitor):
         self.known = frozenset(known)
         self.depth = 0  # > 0 inside a function body: the import runs when the function is called
         self.type_checking = {"TYPE_CHECKING"}  # names bound to typing.TYPE_CHECKING
-        self.found: list[tuple[str, int, bool]] = []
+        self.found: list[tuple[str, int, bool, tuple[str, ...]]] = []
 
     def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> None:
         self.depth += 1
@@ -123,7 +139,7 @@ class _Collector(ast.NodeVisitor):
 
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
-            self.found.append((alias.name, node.lineno, self.depth > 0))
+            self.found.append((alias.name, node.lineno, self.depth > 0, ()))
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         if node.module in ("typing", "typing_extensions") and not node.level:
@@ -139,7 +155,15 @@ class _Collector(ast.NodeVisitor):
         for alias in node.names:
             # `from pkg import name` imports the submodule pkg.name when there is one.
             submodule = f"{base}.{alias.name}"
-            self.found.append((submodule if submodule in self.known else base, node.lineno, self.depth > 0))
+            if submodule in self.known:
+                self.found.append((submodule, node.lineno, self.depth > 0, ()))
+            else:
+                private = (alias.name,) if _is_private(alias.name) else ()
+                self.found.append((base, node.lineno, self.depth > 0, private))
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
 
 
 def _module_name(path: Path, package_dir: Path) -> tuple[str, bool]:
@@ -164,9 +188,9 @@ def build_graph(package_dir: Path, relative_to: Path) -> Graph:
         name, is_package = _module_name(path, package_dir)
         collector = _Collector(name, is_package, modules[name], modules)
         collector.visit(ast.parse(path.read_text(encoding="utf-8"), filename=str(path)))
-        for imported, line, lazy in collector.found:
+        for imported, line, lazy, private in collector.found:
             if (imported == root or imported.startswith(root + ".")) and imported != name:
-                edges.add(Edge(name, imported, collector.file, line, lazy))
+                edges.add(Edge(name, imported, collector.file, line, lazy, private))
     return Graph(root, modules, tuple(sorted(edges)))
 
 
@@ -204,6 +228,41 @@ def find_layer_violations(
                 f"{edge}: layer {source[0]!r} ({source[1]}) may import only {may}; "
                 f"{target[1]} is in layer {target[0]!r}"
             )
+    return problems
+
+
+def _owner(module: str, is_package: bool) -> str:
+    """The package a module belongs to (a package's ``__init__`` belongs to the package itself)."""
+    return module if is_package else module.rpartition(".")[0]
+
+
+def find_private_crossings(graph: Graph) -> list[str]:
+    """Imports of another package's private module (``pkg._mod``) or private name
+    (``from pkg.mod import _name``): what is shared across packages needs a public name.
+
+    A private module or name belongs to the package that contains it; its own modules and
+    subpackages may import it, nothing else may.
+    """
+    packages = {m for m, f in graph.modules.items() if f.endswith("__init__.py")}
+    problems: list[str] = []
+    for edge in graph.edges:
+        importer = _owner(edge.importer, edge.importer in packages)
+        parts = edge.imported.split(".")
+        for i, part in enumerate(parts):
+            if _is_private(part):
+                home = ".".join(parts[:i])
+                if importer != home and not importer.startswith(home + "."):
+                    problems.append(
+                        f"{edge}: {edge.imported} is private to {home}; give what {importer} needs a "
+                        "public name there"
+                    )
+                break
+        for name in edge.private:
+            home = _owner(edge.imported, edge.imported in packages)
+            if importer != home and not importer.startswith(home + "."):
+                problems.append(
+                    f"{edge}: {name} is private to {edge.imported}; give what {importer} needs a public name"
+                )
     return problems
 
 
@@ -324,6 +383,12 @@ def test_imports_follow_the_layers() -> None:
         pytest.fail(_report("layering violations (importer -> imported (file:line): rule)", problems), False)
 
 
+def test_no_private_name_crosses_a_package() -> None:
+    problems = find_private_crossings(_real_graph())
+    if problems:
+        pytest.fail(_report("private names imported across packages", problems), False)
+
+
 def test_no_module_cycles_through_top_level_imports() -> None:
     problems = find_module_cycles(_real_graph())
     if problems:
@@ -332,7 +397,11 @@ def test_no_module_cycles_through_top_level_imports() -> None:
 
 # ------------------------------------------------------------------ the checker on a synthetic tree
 
-TOY_LAYERS: dict[str, tuple[str, ...]] = {"low": ("toy.low",), "high": ("toy.high",), "top": ("toy",)}
+TOY_LAYERS: dict[str, tuple[str, ...]] = {
+    "low": ("toy.low",),
+    "high": ("toy.high", "toy.side"),
+    "top": ("toy",),
+}
 TOY_MAY_IMPORT: dict[str, tuple[str, ...]] = {"low": (), "high": ("low",), "top": ("low", "high")}
 TOY_FILES = {
     "toy/__init__.py": "from . import high\n",
@@ -365,6 +434,13 @@ TOY_FILES = {
     """,
     "toy/high/loop_a.py": "from .loop_b import B\nA = 1\n",
     "toy/high/loop_b.py": "from .loop_a import A\nB = 2\n",
+    "toy/high/_secret.py": "S = 1\n",
+    "toy/high/inner/__init__.py": "from .._secret import S  # a subpackage of high: allowed\n",
+    "toy/side/__init__.py": "",
+    "toy/side/peek.py": """
+        from ..high._secret import S  # another package's private module
+        from ..high.api import _hidden
+    """,
     "toy/stray.py": "import toy.low.impl\n",
 }
 
@@ -395,6 +471,16 @@ def test_checker_resolves_relative_imports_and_exempts_type_checking(tmp_path: P
         "toy.high.api -> toy.high.loop_a (toy/high/api.py:2)",
         "toy.high.api -> toy.low.impl (toy/high/api.py:1)",
         "toy.low.impl -> toy.high.api (toy/low/impl.py:9, lazy)",
+    ]
+
+
+def test_checker_reports_private_crossings(tmp_path: Path) -> None:
+    graph = _toy_graph(tmp_path)
+    assert find_private_crossings(graph) == [
+        "toy.side.peek -> toy.high._secret (toy/side/peek.py:1): toy.high._secret is private to "
+        "toy.high; give what toy.side needs a public name there",
+        "toy.side.peek -> toy.high.api (toy/side/peek.py:2): _hidden is private to toy.high.api; "
+        "give what toy.side needs a public name",
     ]
 
 

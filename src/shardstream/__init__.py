@@ -55,6 +55,10 @@ if _TYPE_CHECKING:
     from .compat.tariterators import tarfile_samples, tarfile_to_samples
     from .compat.utils import repeatedly
     from .compat.webdataset import WebDataset, check_empty
+    from .datasets.dataset import Dataset
+    from .datasets.object_dataset import ObjectDataset
+    from .datasets.object_stream import ObjectStream
+    from .datasets.policy import CachePolicy, SplitPolicy
     from .decoders import AudioWindows, VideoClips, register_decoder, video_info
     from .errors import (
         AccessDeniedError,
@@ -84,6 +88,7 @@ if _TYPE_CHECKING:
     )
     from .loader import worker_context
     from .loader.loader import WebLoader
+    from .pipeline.annotate import associate, info
     from .pipeline.base import (
         FunctionStage,
         MapStage,
@@ -95,20 +100,19 @@ if _TYPE_CHECKING:
         pipelinefilter,
     )
     from .pipeline.batch import Expand, batched, default_collation_fn, listed, unbatched, unlisted
-    from .pipeline.dataset import Dataset
+    from .pipeline.cached import Cached
     from .pipeline.decode import decode
-    from .pipeline.extra import Cached, associate, info, non_empty
     from .pipeline.fields import extract_keys, getfirst, rename, rename_keys, to_tuple
     from .pipeline.fluent import FluidInterface, FluidWrapper
     from .pipeline.mapping import map, map_dict, map_tuple, select, transform_with
-    from .pipeline.objects import ObjectStream
-    from .pipeline.objects_map import ObjectDataset
     from .pipeline.pipeline import DataPipeline
-    from .pipeline.planned import PlannedSamples
-    from .pipeline.policy import CachePolicy, SplitPolicy
-    from .pipeline.read import ReadShards
     from .pipeline.sampling import resampled, rsample
-    from .pipeline.shardlists import (
+    from .pipeline.shuffle import detshuffle, shuffle
+    from .pipeline.window import MockDataset, slice, with_epoch, with_length
+    from .readers.empty import non_empty
+    from .readers.planned import PlannedSamples
+    from .readers.read_shards import ReadShards
+    from .readers.shardlists import (
         ResampledShards,
         SimpleShardList,
         shardspec,
@@ -116,8 +120,6 @@ if _TYPE_CHECKING:
         split_by_node,
         split_by_worker,
     )
-    from .pipeline.shuffle import detshuffle, shuffle
-    from .pipeline.window import MockDataset, slice, with_epoch, with_length
     from .shards.plan import EpochPlan, plan_epoch
     from .shards.spec import expand_urls
     from .shards.world import World
@@ -160,20 +162,22 @@ _MODULES: dict[str, str] = {
         "FunctionStage MapStage Node PipelineStage RunContext Stage Stateful pipelinefilter"
     ),
     "shardstream.pipeline.batch": "Expand batched default_collation_fn listed unbatched unlisted",
-    "shardstream.pipeline.dataset": "Dataset",
+    "shardstream.datasets.dataset": "Dataset",
     "shardstream.pipeline.decode": "decode",
-    "shardstream.pipeline.extra": "Cached associate info non_empty",
+    "shardstream.pipeline.annotate": "associate info",
+    "shardstream.pipeline.cached": "Cached",
+    "shardstream.readers.empty": "non_empty",
     "shardstream.pipeline.fields": "extract_keys getfirst rename rename_keys to_tuple",
     "shardstream.pipeline.fluent": "FluidInterface FluidWrapper",
-    "shardstream.pipeline.objects": "ObjectStream",
-    "shardstream.pipeline.objects_map": "ObjectDataset",
+    "shardstream.datasets.object_stream": "ObjectStream",
+    "shardstream.datasets.object_dataset": "ObjectDataset",
     "shardstream.pipeline.mapping": "map map_dict map_tuple select transform_with",
     "shardstream.pipeline.pipeline": "DataPipeline",
-    "shardstream.pipeline.planned": "PlannedSamples",
-    "shardstream.pipeline.policy": "CachePolicy SplitPolicy",
-    "shardstream.pipeline.read": "ReadShards",
+    "shardstream.readers.planned": "PlannedSamples",
+    "shardstream.datasets.policy": "CachePolicy SplitPolicy",
+    "shardstream.readers.read_shards": "ReadShards",
     "shardstream.pipeline.sampling": "resampled rsample",
-    "shardstream.pipeline.shardlists": (
+    "shardstream.readers.shardlists": (
         "ResampledShards SimpleShardList shardspec single_node_only split_by_node split_by_worker"
     ),
     "shardstream.pipeline.shuffle": "detshuffle shuffle",

@@ -18,7 +18,7 @@ from _wds_both import loader_items
 import shardstream as ss
 from shardstream.errors import SplitError
 from shardstream.pipeline.base import ListNode, RunContext
-from shardstream.pipeline.shardlists import idle_worker
+from shardstream.readers.shardlists import idle_worker
 from shardstream.shards.world import World
 
 # torch warns when there are more workers than CPUs (as on small CI machines).
@@ -76,11 +76,11 @@ def test_an_empty_shard_list_raises_in_every_worker() -> None:
 
 
 def test_idle_worker_is_marked_and_logged_once(caplog: pytest.LogCaptureFixture, monkeypatch) -> None:
-    from shardstream.pipeline import shardlists
+    from shardstream.readers import shardlists
 
     monkeypatch.setattr(shardlists, "_idle_logged", False)
     nodes = []
-    with caplog.at_level(logging.INFO, logger="shardstream.pipeline.shardlists"):
+    with caplog.at_level(logging.INFO, logger="shardstream.readers.shardlists"):
         for _ in range(2):  # two epochs in one process
             for worker in range(8):
                 ctx = RunContext(0, World().with_worker(worker, 8))

@@ -17,7 +17,7 @@ import webdataset as wds
 from _wds_both import wds_items
 
 import shardstream as ss
-from shardstream.pipeline import shardlists
+from shardstream.readers import shardlists
 from shardstream.tar.index import IndexEntry, write_index
 
 COUNTS = [3, 40, 12, 25, 7]  # rank 0 of 2: shards 0, 2, 4 (22 samples); rank 1: 1, 3 (65)

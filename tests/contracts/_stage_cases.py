@@ -18,6 +18,7 @@ import numpy as np
 
 import shardstream as ss
 import shardstream.compat.tariterators as tariterators
+from shardstream.readers import ShardShuffle
 from shardstream.shards.world import World
 
 SHARD_COUNTS = [7, 3, 11, 5, 9, 6]
@@ -65,7 +66,7 @@ CASES: dict[str, Callable[[Path], ss.DataPipeline]] = {
         ss.SimpleShardList([u for u in urls(r) if u.endswith(".gz")]), ss.ReadShards()
     ),
     "shard_shuffle": lambda r: ss.DataPipeline(
-        ss.SimpleShardList(urls(r)), ss.pipeline.ShardShuffle(), ss.ReadShards(), seed=5
+        ss.SimpleShardList(urls(r)), ShardShuffle(), ss.ReadShards(), seed=5
     ),
     "seeded_shard_list": lambda r: ss.DataPipeline(ss.SimpleShardList(urls(r), seed=3), ss.ReadShards()),
     "split_by_node": lambda r: ss.DataPipeline(

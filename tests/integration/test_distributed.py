@@ -65,7 +65,7 @@ def rank_main(
 
     from shardstream.compat import WebDataset
     from shardstream.loader.loader import WebLoader
-    from shardstream.pipeline.shardlists import split_by_node
+    from shardstream.readers.shardlists import split_by_node
 
     dist.init_process_group(
         "gloo",

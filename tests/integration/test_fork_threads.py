@@ -25,7 +25,7 @@ from _procs import fork_child
 
 from shardstream.forks import GatedExecutor, gate
 from shardstream.objects.fetch import FetchAhead
-from shardstream.pipeline._counts import shard_counts
+from shardstream.readers.counts import shard_counts
 from shardstream.sources import open_url
 from shardstream.sources._ahead import PendingOpen
 

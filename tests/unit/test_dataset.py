@@ -10,8 +10,8 @@ import pytest
 import shardstream as ss
 from shardstream.cache import CachedSource
 from shardstream.errors import ConfigurationError
-from shardstream.pipeline.read import ReadShards
 from shardstream.pipeline.shuffle import detshuffle
+from shardstream.readers.read_shards import ReadShards
 from shardstream.sources import SchemeRouter
 
 
@@ -71,7 +71,7 @@ def test_cache_policy_wraps_the_source(spec: str, tmp_path: Path) -> None:
 
 
 def test_webdataset_arguments_have_effects(spec: str, caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.INFO, logger="shardstream.pipeline.read"):
+    with caplog.at_level(logging.INFO, logger="shardstream.readers.read_shards"):
         list(ss.WebDataset(spec, shardshuffle=False, verbose=True))
     assert sum("opening shard" in r.getMessage() for r in caplog.records) == 4
     det = ss.WebDataset(spec, shardshuffle=3, detshuffle=True, seed=1)

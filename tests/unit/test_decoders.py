@@ -31,8 +31,8 @@ from shardstream.decoders import (
     unregister_decoder,
 )
 from shardstream.decoders._jpeg import get_backend
-from shardstream.decoders._lazy import require
 from shardstream.errors import ConfigurationError, UnsafeOperationError
+from shardstream.optional import require
 from shardstream.tar.encoders import torch_dumps
 
 # ------------------------------------------------------------------ helpers

@@ -1,4 +1,4 @@
-"""Tests for shardstream._malloc.tune_allocator, measured in fresh subprocesses."""
+"""Tests for shardstream.malloc.tune_allocator, measured in fresh subprocesses."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from shardstream import _malloc
+from shardstream import malloc as _malloc
 
 needs_glibc = pytest.mark.skipif(not _malloc.is_glibc(), reason="allocator tuning only applies to glibc")
 
@@ -24,7 +24,7 @@ _PROBE = textwrap.dedent(
     img = PIL.Image.fromarray(rng.integers(0, 255, (256, 256, 3), dtype=np.uint8))
     stream = io.BytesIO(); img.save(stream, format="PNG"); data = stream.getvalue()
     if tune:
-        from shardstream._malloc import tune_allocator
+        from shardstream.malloc import tune_allocator
         assert tune_allocator()
     def decode():
         return np.asarray(PIL.Image.open(io.BytesIO(data)).convert("RGB"))

@@ -12,7 +12,7 @@ import pytest
 from shardstream.compat import WebDataset
 from shardstream.errors import ConfigurationError, SplitError
 from shardstream.loader.loader import WebLoader
-from shardstream.pipeline import _counts as counts_mod
+from shardstream.readers import counts as counts_mod
 from shardstream.shards.plan import batches_per_rank, plan_epoch, worker_quotas
 from shardstream.shards.world import World
 from shardstream.tar.index import read_index
@@ -184,7 +184,7 @@ def test_counts_without_index_come_from_a_cached_counting_pass(
     urls = write_shards(tmp_path / "noindex", UNEVEN, index=False)
     counts_mod.clear_cache()
     cache = str(tmp_path / "counts")
-    with caplog.at_level(logging.INFO, logger="shardstream.pipeline._counts"):
+    with caplog.at_level(logging.INFO, logger="shardstream.readers.counts"):
         assert counts_mod.shard_counts(urls, cache=cache) == UNEVEN
         assert "counted 138 samples in 7 shards" in caplog.text
         caplog.clear()
@@ -202,7 +202,7 @@ def test_a_shard_shorter_than_its_index_still_fills_the_quota(
     urls = write_shards(tmp_path, UNEVEN)
     stale = {Path(u).name: n + 5 for u, n in zip(urls, UNEVEN, strict=True)}
     ds = WebDataset(urls, split="equal", batch_size=4, index=stale, world=World(rank=1, world_size=2))
-    with caplog.at_level(logging.WARNING, logger="shardstream.pipeline.planned"):
+    with caplog.at_level(logging.WARNING, logger="shardstream.readers.planned"):
         assert sum(1 for _ in ds) == len(ds)
     assert "fewer than planned" in caplog.text
 

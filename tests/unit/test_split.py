@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from shardstream.errors import SplitError
-from shardstream.pipeline.shardlists import single_node_only, split_by_node, split_by_worker
+from shardstream.readers.shardlists import single_node_only, split_by_node, split_by_worker
 from shardstream.shards.split import take_every
 
 SHARDS = [{"url": f"s{i}"} for i in range(5)]

@@ -15,7 +15,7 @@ import pytest
 
 import shardstream as ss
 from shardstream.handlers import ignore_and_continue
-from shardstream.pipeline._telemetry_report import format_table, summarize, verdict
+from shardstream.telemetry.report import format_table, summarize, verdict
 
 ShardFactory = Callable[..., tuple[str, list[str]]]
 
@@ -160,9 +160,9 @@ def test_skips_are_counted_the_same_with_and_without_telemetry(make_shards: Shar
 def test_a_periodic_log_line(make_shards: ShardFactory, caplog: pytest.LogCaptureFixture) -> None:
     spec, _ = make_shards(counts=[30])
     ds = ss.Dataset(spec).map(slow_map).with_telemetry(log_interval=0.01)
-    with caplog.at_level(logging.INFO, logger="shardstream.pipeline._telemetry"):
+    with caplog.at_level(logging.INFO, logger="shardstream.telemetry.recorder"):
         assert len(list(ds)) == 30
-    lines = [r.getMessage() for r in caplog.records if r.name == "shardstream.pipeline._telemetry"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "shardstream.telemetry.recorder"]
     assert lines and lines[0].startswith(f"telemetry (pipeline {os.getpid()}): ")
     assert "samples/s" in lines[-1] and "slowest stage: map slow_map" in lines[-1]
 

@@ -114,7 +114,7 @@ def _command_of(argv: Sequence[str]) -> str | None:
 
 
 def _missing_dependency(exc: ImportError) -> str:
-    from ..decoders._lazy import TORCH_INSTALL_HINT
+    from ..optional import TORCH_INSTALL_HINT
 
     name = exc.name or str(exc)
     hints = {

@@ -135,7 +135,7 @@ def _shard_bytes(urls: Sequence[str], storage_options: Mapping[str, Any]) -> int
 
 def run_bench(config: BenchConfig) -> BenchResult:
     """Build the pipeline, iterate it once (or up to ``max_samples``) and measure."""
-    from ..decoders._lazy import require_torch
+    from ..optional import require_torch
 
     require_torch(purpose="shardstream bench (it measures a torch DataLoader)")
     from ..compat.webdataset import WebDataset
@@ -286,7 +286,7 @@ def _profile_outputs(profile: dict[str, Any], png: str, *, table: bool) -> None:
     """Print the telemetry table (text mode) and write the PNG, or say how to get one."""
     import sys
 
-    from ..pipeline._telemetry_report import format_table
+    from ..telemetry.report import format_table
 
     if table:
         sys.stdout.write("\n" + format_table(profile["report"]))

@@ -119,7 +119,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Entry point of the ``demo`` subcommand."""
-    from ..decoders._lazy import require_torch
+    from ..optional import require_torch
 
     # Fail before writing the dataset: streaming it goes through a torch DataLoader.
     require_torch(purpose="shardstream demo (it streams through a torch DataLoader)")

@@ -144,7 +144,7 @@ def pack(
 ) -> tuple[int, int, int]:
     """Pack ``src`` into shards under ``dst``; returns ``(written, kept, samples)``."""
     from ..objects import ObjectReader
-    from ..pipeline.objects import open_table
+    from ..readers.objects import open_table
     from ..tar.index import IndexEntry, read_index_entries, write_index
     from ..tar.writer import TarWriter
 
@@ -209,8 +209,8 @@ def _fields(sample: dict[str, Any]) -> Iterator[tuple[str, bytes]]:
 
 def unpack(src: str, dst: str, *, storage_options: dict[str, Any] | None = None) -> tuple[int, int]:
     """Write every sample of the shards ``src`` as objects ``dst/{key}.{ext}``."""
+    from ..datasets.dataset import Dataset
     from ..objects import MANIFEST_NAME, Manifest
-    from ..pipeline.dataset import Dataset
     from ..sources import create_url
 
     dst = dst.rstrip("/")

@@ -1,10 +1,11 @@
 """WebDataset-compatible ``filters`` namespace: the curried stage functions (thin re-exports)."""
 
 from ..handlers import reraise_exception
+from ..pipeline.annotate import associate, info
 from ..pipeline.base import PipelineStage, pipelinefilter
 from ..pipeline.batch import batched, default_collation_fn, listed, unbatched, unlisted
+from ..pipeline.cached import Cached
 from ..pipeline.decode import decode
-from ..pipeline.extra import Cached, associate, info
 from ..pipeline.fields import extract_keys, getfirst, rename, rename_keys, to_tuple
 from ..pipeline.log_keys import log_keys
 from ..pipeline.mapping import map, map_dict, map_tuple, select, transform_with

@@ -6,7 +6,7 @@ import random
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from ..pipeline._torch import IterableDatasetBase as IterableDataset
+from ..pipeline.iterable import IterableDatasetBase as IterableDataset
 
 __all__ = ["RandomMix", "RoundRobin"]
 

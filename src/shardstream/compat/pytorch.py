@@ -12,7 +12,7 @@ __all__ = ["DataLoader", "IterableDataset"]  # noqa: F822 - resolved by __getatt
 
 def __getattr__(name: str) -> Any:
     if name in __all__:
-        from ..pipeline._torch import require_torch
+        from ..pipeline.iterable import require_torch
 
         require_torch(f"shardstream.pytorch.{name}")
         import torch.utils.data

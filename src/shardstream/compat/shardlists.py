@@ -5,9 +5,9 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from ..pipeline.extra import non_empty
 from ..pipeline.sampling import resampled
-from ..pipeline.shardlists import (
+from ..readers.empty import non_empty
+from ..readers.shardlists import (
     ResampledShards,
     SimpleShardList,
     shardspec,

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..config import read_settings
 from ..handlers import Handler, reraise_exception
-from ..pipeline.read import ReadShards
+from ..readers.read_shards import ReadShards
 from ..sources import SchemeRouter, open_url
 from ..tar.grouping import group_samples, split_key
 from ..tar.reader import iter_members

@@ -7,19 +7,20 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from ..config import UNSET, Unset, read_settings
+from ..datasets.dataset import Dataset
+from ..datasets.policy import CachePolicy, SplitPolicy
 from ..errors import ConfigurationError
 from ..handlers import Handler, reraise_exception
-from ..pipeline.dataset import Dataset
-from ..pipeline.extra import Cached, CheckEmpty
-from ..pipeline.policy import CachePolicy, SplitPolicy
-from ..pipeline.read import ReadShards
-from ..pipeline.shardlists import (
+from ..pipeline.cached import Cached
+from ..pipeline.shuffle import detshuffle as DetShuffle  # noqa: N812
+from ..readers.empty import CheckEmpty
+from ..readers.read_shards import ReadShards
+from ..readers.shardlists import (
     ResampledShards,
     SimpleShardList,
     single_node_only,
     split_by_worker,
 )
-from ..pipeline.shuffle import detshuffle as DetShuffle  # noqa: N812
 from ..shards.world import World
 from ..tar.samples import TarFormat
 from ._xdecode import xdecode
@@ -52,7 +53,7 @@ class WebDataset(Dataset):
             ``single_node_only`` and ``split_by_worker``, as WebDataset).
         select_files / rename_files: member-name hooks.
         empty_check: raise a clear error when an epoch yields no sample (default True).
-        verbose: log every shard as it is opened (INFO, logger ``shardstream.pipeline.read``).
+        verbose: log every shard as it is opened (INFO, logger ``shardstream.readers.read_shards``).
         seed: base seed for shard and sample shuffles (default from SHARDSTREAM_SEED, else 0).
 
         ``pipe:`` URLs are refused here, when the dataset is built, unless ``allow_pipe=True`` or

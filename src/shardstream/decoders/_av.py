@@ -23,7 +23,7 @@ from types import ModuleType
 from typing import Any
 
 from ..errors import DecodingError
-from ._lazy import require
+from ..optional import require
 
 __all__ = [
     "AV_INSTALL_HINT",

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigurationError
+from ..optional import require_torch
 from ._av import MediaError, channel_count, describe, open_media, require_av
-from ._lazy import require_torch
 from ._starts import SeededFieldDecoder, check_start, window_starts
 
 __all__ = ["AUDIO_EXTENSIONS", "AudioWindows", "decode_audio", "torch_audio"]

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import UnsafeOperationError
-from ._lazy import require, require_torch
+from ..optional import require, require_torch
 
 __all__ = [
     "PICKLE_EXTENSIONS",

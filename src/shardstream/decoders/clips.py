@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigurationError
+from ..optional import require_torch
 from ._av import (
     MediaError,
     VideoMeta,
@@ -27,7 +28,6 @@ from ._av import (
     rgb_converter,
     video_meta,
 )
-from ._lazy import require_torch
 from ._starts import SeededFieldDecoder, check_start, window_starts
 from .video import VIDEO_EXTENSIONS
 

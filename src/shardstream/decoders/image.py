@@ -41,8 +41,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..errors import ConfigurationError
+from ..optional import require, require_torch
 from ._jpeg import get_backend
-from ._lazy import require, require_torch
 
 __all__ = ["IMAGE_EXTENSIONS", "JPEG_EXTENSIONS", "ImageHandler", "ImageSpec", "imagehandler", "imagespecs"]
 

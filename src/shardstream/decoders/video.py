@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DecodingError
+from ..optional import require_torch
 from ._av import (
     MediaError,
     channel_count,
@@ -30,7 +31,6 @@ from ._av import (
     rgb_converter,
     video_meta,
 )
-from ._lazy import require_torch
 
 __all__ = ["VIDEO_EXTENSIONS", "VideoSummary", "decode_video", "probe_video", "torch_video", "video_info"]
 

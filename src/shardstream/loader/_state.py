@@ -15,21 +15,21 @@ worker ``(next_worker + k) % num_workers`` (its shards and random streams): the 
 arrive in the same order as in the uninterrupted run.
 
 With another ``num_workers``, or another world size with the same global batch, the restore is
-elastic (:func:`restore_plan`, ``pipeline/_elastic.py``): what every old worker had not yielded
+elastic (:func:`restore_plan`, ``readers/elastic.py``): what every old worker had not yielded
 is dealt to the new workers, so the rest of the epoch is the same multiset of samples. Another
 world size needs every rank's state: under Lightning (which saves rank 0's checkpoint only) the
-state is gathered from all ranks when it is taken, as ``{"version": 1, "ranks": [...]}``.
+state is gathered from all ranks when it is taken, as ``{"version": 1, "ranks": [...]}``; the
+loader knows it runs under a Trainer from shardstream's Lightning callback (``loader/lightning.py``).
 """
 
 from __future__ import annotations
 
 import logging
-import sys
 from collections.abc import Callable
-from types import FrameType
 from typing import Any
 
 from ..errors import StateError
+from ..pipeline.base import LoaderDataset
 from ..shards.world import World
 
 log = logging.getLogger(__name__)
@@ -39,11 +39,9 @@ __all__ = [
     "Stamped",
     "check_fingerprint",
     "fingerprint",
-    "fit_loop",
     "gather_ranks",
     "rank_states",
     "restore_plan",
-    "trainer_prefetch_lag",
 ]
 
 VERSION = 1
@@ -82,10 +80,9 @@ class StampingCollate:
         out = self.collate(data)
         info = get_worker_info()
         dataset = info.dataset if info is not None else self.main_dataset
-        position = getattr(dataset, "position", None)
-        if position is None:
+        if not isinstance(dataset, LoaderDataset):
             return out
-        return Stamped(out, info.id if info is not None else 0, position())
+        return Stamped(out, info.id if info is not None else 0, dataset.position())
 
     def __getstate__(self) -> dict[str, Any]:
         # Workers get their own dataset copy; do not pickle the main one a second time.
@@ -205,7 +202,7 @@ def restore_plan(
     ]
     if all(s is None for _, s in old):  # saved before any batch of the epoch: start it afresh
         return {"epoch": epoch, "workers": [None] * workers, "next_worker": 0}
-    from ..pipeline._elastic import resplit
+    from ..readers.elastic import resplit
 
     old_batch = ranks[0]["fingerprint"].get("split_batch")
     states: list[Any] = resplit(dataset, epoch, old, world_size, rank, workers, old_batch)
@@ -221,20 +218,6 @@ def restore_plan(
     return {"epoch": epoch, "workers": states, "next_worker": 0}
 
 
-def fit_loop(max_depth: int = 40) -> Any:
-    """The Lightning fit loop on the call stack, or ``None``."""
-    frame: FrameType | None = sys._getframe(1)
-    for _ in range(max_depth):
-        if frame is None:
-            break
-        owner = frame.f_locals.get("self")
-        module = type(owner).__module__
-        if type(owner).__name__ == "_FitLoop" and module.startswith(("lightning.", "pytorch_lightning.")):
-            return owner
-        frame = frame.f_back
-    return None
-
-
 def gather_ranks(state: dict[str, Any]) -> dict[str, Any]:
     """Every rank's state, gathered (a collective: every rank must call it at the same step)."""
     import torch.distributed as dist
@@ -242,16 +225,3 @@ def gather_ranks(state: dict[str, Any]) -> dict[str, Any]:
     gathered: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, state)
     return {"version": VERSION, "ranks": gathered}
-
-
-def trainer_prefetch_lag(loop: Any) -> int:
-    """Batches Lightning's fit ``loop`` has fetched from the loader but not yet trained on.
-
-    Lightning saves a dataloader's ``state_dict()`` in its checkpoint while its data fetcher
-    holds a prefetched batch (when the loader has no length), so a state taken "now" would skip
-    that batch on resume; the loader rolls its state back by this many batches. 0 without a loop.
-    """
-    if loop is None:
-        return 0
-    batches = getattr(getattr(loop, "_data_fetcher", None), "batches", None)
-    return len(batches) if isinstance(batches, list) else 0

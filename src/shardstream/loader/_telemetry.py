@@ -1,7 +1,7 @@
 """WebLoader telemetry: workers send their counters with their batches; the main process adds
 them up and measures how long the training loop waits for data.
 
-Each DataLoader worker's pipeline keeps its own :class:`~shardstream.pipeline._telemetry.Recorder`.
+Each DataLoader worker's pipeline keeps its own :class:`~shardstream.telemetry.recorder.Recorder`.
 :class:`TelemetryCollate` runs in the worker right after the batch is made: it times the
 collate function and attaches the worker's counters to the batch (a packet, see :data:`MARK`),
 as :class:`~shardstream.loader._state.StampingCollate` attaches positions, so there is no round
@@ -25,8 +25,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..config import read_settings
-from ..pipeline._telemetry import Recorder
-from ..pipeline._telemetry_report import add_views, one_line, process_view, summarize, verdict
+from ..pipeline.base import LoaderDataset
+from ..telemetry import Recorder, add_views, one_line, process_view, summarize, verdict
 
 __all__ = ["MARK", "LoaderTelemetry", "TelemetryCollate", "attach_telemetry", "is_packet", "loader_stats"]
 
@@ -207,11 +207,12 @@ def attach_telemetry(loader: Any, setting: bool | None) -> LoaderTelemetry | Non
     dataset has it on): the dataset's workers record, the loader collects and logs."""
     settings = read_settings()
     dataset = loader.dataset
-    own = getattr(dataset, "_telemetry", None)
-    on = setting if setting is not None else (settings.telemetry or isinstance(own, Recorder) or own is True)
+    pipeline = isinstance(dataset, LoaderDataset)
+    own = pipeline and dataset.telemetry_on()
+    on = setting if setting is not None else (settings.telemetry or own)
     if not on:
         return None
-    if callable(getattr(dataset, "with_telemetry", None)):
+    if pipeline:
         # Workers do not log on their own: the loader logs their sum.
         dataset.with_telemetry(True, log_interval=0)
     loader.collate_fn = TelemetryCollate(loader.collate_fn, dataset)

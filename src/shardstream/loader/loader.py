@@ -9,13 +9,14 @@ import tempfile
 import weakref
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
-from .._malloc import tune_allocator
 from ..config import read_settings
 from ..errors import StateError
-from ..pipeline._torch import require_torch
+from ..malloc import tune_allocator
+from ..pipeline.base import LoaderDataset
 from ..pipeline.fluent import FluidInterface, FluidWrapper
+from ..pipeline.iterable import require_torch
 from ..shards.world import World
 from ._start import StartChoice, choose, prepare
 from ._state import (
@@ -23,10 +24,8 @@ from ._state import (
     Stamped,
     StampingCollate,
     fingerprint,
-    fit_loop,
     gather_ranks,
     restore_plan,
-    trainer_prefetch_lag,
 )
 from ._telemetry import attach_telemetry, loader_stats
 
@@ -39,6 +38,13 @@ from ._watchdog import WatchedIter, arm  # noqa: E402 - needs torch
 __all__ = ["WebLoader"]
 
 log = logging.getLogger(__name__)
+
+
+@runtime_checkable
+class _EpochSetting(Protocol):
+    """A dataset that is not a shardstream pipeline but takes ``set_epoch`` (as samplers do)."""
+
+    def set_epoch(self, epoch: int) -> None: ...
 
 
 class _WorkerInit:
@@ -94,9 +100,10 @@ class WebLoader(DataLoader, FluidInterface):  # type: ignore[type-arg]
         super().__init__(dataset, *args, **kw)
         if self.num_workers > 0 and self._given_context is None and choose().method == "forkserver":
             prepare()  # threads run already (a process group): the server imports while we go on
-        self._stateful = callable(getattr(dataset, "state_dict", None)) and hasattr(
-            dataset, "restore_workers"
-        )
+        self._stateful = isinstance(dataset, LoaderDataset)
+        #: Set by shardstream's Lightning callback while a Trainer fits with this loader
+        #: (``loader/lightning.py``): Lightning prefetches batches and saves every rank's state.
+        self.trainer_attached = False
         if self._stateful:
             self.collate_fn = StampingCollate(self.collate_fn, dataset)
         self._telemetry = attach_telemetry(self, telemetry)  # wraps collate_fn when on
@@ -110,7 +117,7 @@ class WebLoader(DataLoader, FluidInterface):  # type: ignore[type-arg]
     def set_epoch(self, epoch: int) -> None:
         """Use ``epoch`` for the next ``iter()``."""
         dataset: Any = self.dataset
-        if hasattr(dataset, "begin_epoch"):
+        if isinstance(dataset, LoaderDataset):
             dataset.set_epoch(epoch)  # the pipeline owns the epoch
         else:
             self._epoch = epoch - 1
@@ -132,19 +139,15 @@ class WebLoader(DataLoader, FluidInterface):  # type: ignore[type-arg]
                 dataset.restore_workers(epoch, [seen[r] for r in roles], roles)
             dataset.set_epoch(epoch)
             dataset.begin_epoch()
-        else:
-            begin_epoch = getattr(dataset, "begin_epoch", None)
-            if begin_epoch is not None:
-                epoch = begin_epoch()  # our pipelines own their epoch; fix it before workers start
-            else:
-                # A foreign dataset with set_epoch (as for DistributedSampler): drive it by count.
-                set_epoch = getattr(dataset, "set_epoch", None)
-                if set_epoch is not None:
-                    self._epoch += 1
-                    set_epoch(self._epoch)
+        elif isinstance(dataset, LoaderDataset):
+            epoch = dataset.begin_epoch()  # our pipelines own their epoch; fix it before workers start
+        elif isinstance(dataset, _EpochSetting):
+            # A foreign dataset with set_epoch (as for DistributedSampler): drive it by count.
+            self._epoch += 1
+            dataset.set_epoch(self._epoch)
         it = super().__iter__()  # workers receive their copies of the dataset here
-        if getattr(dataset, "_worker_restore", None) is not None:
-            dataset._worker_restore = None
+        if isinstance(dataset, LoaderDataset):
+            dataset.workers_started()
         self._iterators.add(it)
         batches: Any = it if self._telemetry is None else self._telemetry.watch(it)
         if not self._stateful:
@@ -185,6 +188,12 @@ class WebLoader(DataLoader, FluidInterface):  # type: ignore[type-arg]
             choice.reason,
         )
 
+    def batch_trained(self) -> None:
+        """Called by shardstream's Lightning callback when a training step starts on one of this
+        loader's batches (batches yielded but not trained on are not in :meth:`state_dict`)."""
+        if self._live is not None:
+            self._live.trained += 1
+
     def stats(self) -> dict[str, Any]:
         """Telemetry of this loader (plain JSON data): every worker's time per stage (added up,
         and per worker), how long the loop waited for data, samples and bytes per second, cache
@@ -221,13 +230,14 @@ class WebLoader(DataLoader, FluidInterface):  # type: ignore[type-arg]
         live = self._live
         if live is None or live.finished:
             dataset: Any = self.dataset
-            epoch = (live.epoch + 1) if live is not None else max(dataset.epoch, dataset._begun) + 1
+            epoch = (live.epoch + 1) if live is not None else dataset.next_epoch()
             return {**state, "epoch": epoch, "next_worker": 0, "workers": [None] * workers}
-        loop = fit_loop()
-        seen, last = live.rolled_back(trainer_prefetch_lag(loop))
+        # Under Lightning, batches its fetcher prefetched are not trained on yet: roll them back.
+        lag = live.yielded - live.trained if self.trainer_attached else 0
+        seen, last = live.rolled_back(max(lag, 0))
         next_worker = (last + 1) % workers if last is not None else 0
         state = {**state, "epoch": live.epoch, "next_worker": next_worker, "workers": seen}
-        if loop is not None and world.world_size > 1 and _distributed():
+        if self.trainer_attached and world.world_size > 1 and _distributed():
             # Lightning takes the state on every rank at the same step but writes rank 0's
             # checkpoint only: gather every rank's state into it (each rank picks its own).
             return gather_ranks(state)
@@ -392,12 +402,14 @@ def _distributed() -> bool:
 class _Live:
     """The running epoch: per worker (by role), the state after its last batch yielded."""
 
-    __slots__ = ("epoch", "roles", "seen", "last", "finished", "undo")
+    __slots__ = ("epoch", "roles", "seen", "last", "finished", "undo", "yielded", "trained")
 
     def __init__(self, epoch: int, roles: list[int], seen: list[Any]) -> None:
         self.epoch, self.roles, self.seen = epoch, roles, seen
         self.last: int | None = None
         self.finished = False
+        self.yielded = 0  # batches handed to the training loop in this epoch
+        self.trained = 0  # of those, batches Lightning has started a training step on
         # (role, its state before, last before) for the most recent batches: to roll back.
         self.undo: deque[tuple[int, Any, int | None]] = deque(maxlen=8)
 
@@ -421,5 +433,6 @@ def _tracked(it: Any, live: _Live) -> Any:
         if type(item) is Stamped:
             live.record(roles[item.worker], item.state)
             item = item.value
+        live.yielded += 1
         yield item
     live.finished = True

@@ -1,60 +1,55 @@
-"""Stages and pipelines: the stage contract, every built-in stage, the native Dataset.
+"""The stage contract and the sample stages.
 
-Layering: this package builds on planning (:mod:`shardstream.shards`), sources, the cache,
-formats (:mod:`shardstream.tar`) and decoders, and is used by the loader and the facades.
+:mod:`.base` holds the contract (a :class:`Stage` is configuration, a :class:`Node` its running
+iterator, a :class:`RunContext` the epoch, world and seed they share); :class:`DataPipeline`
+chains stages; the other modules are one family of sample stages each (batch, fields, mapping,
+decode, shuffle, window, sampling, annotate, cached). The stages that *start* a pipeline (shard
+lists, shard and object readers) are in :mod:`shardstream.readers`; the front doors (``Dataset``,
+``ObjectStream``, ``ObjectDataset``) in :mod:`shardstream.datasets`.
+
+Layering: builds on planning (:mod:`shardstream.shards`), telemetry, the sources (types only)
+and the decoders; used by the readers, the datasets, the loader and the facades.
 """
 
+from .annotate import associate, info
 from .base import (
     FunctionStage,
     IterNode,
+    LoaderDataset,
     MapStage,
     Node,
     PipelineStage,
+    ReadsSource,
     RunContext,
     Stage,
     StageStats,
     StateDict,
+    Stateful,
     guarded,
     pipelinefilter,
 )
 from .batch import Batched, Expand, batched, default_collation_fn, listed, unbatched, unlisted
-from .dataset import Dataset, make_source
+from .cached import Cached
 from .decode import Decode, decode
-from .extra import Cached, CheckEmpty, associate, info, non_empty, xdecode
 from .fields import Rename, ToTuple, extract_keys, getfirst, rename, rename_keys, to_tuple
 from .fluent import FluidInterface, FluidWrapper
 from .mapping import Map, MapDict, MapTuple, Select, map, map_dict, map_tuple, select, transform_with
 from .pipeline import DataPipeline
-from .planned import PlannedSamples
-from .policy import CachePolicy, SplitPolicy
-from .read import ReadShards, ShardFormat
 from .sampling import resampled, rsample
-from .shardlists import (
-    ResampledShards,
-    ShardShuffle,
-    SimpleShardList,
-    Splitter,
-    shardspec,
-    single_node_only,
-    split_by_node,
-    split_by_worker,
-)
 from .shuffle import Shuffle, detshuffle, shuffle
 from .window import MockDataset, repeatedly, slice, with_epoch, with_length
 
 __all__ = [
     "Batched",
-    "CachePolicy",
     "Cached",
-    "CheckEmpty",
     "DataPipeline",
-    "Dataset",
     "Decode",
     "Expand",
     "FluidInterface",
     "FluidWrapper",
     "FunctionStage",
     "IterNode",
+    "LoaderDataset",
     "Map",
     "MapDict",
     "MapStage",
@@ -62,21 +57,15 @@ __all__ = [
     "MockDataset",
     "Node",
     "PipelineStage",
-    "PlannedSamples",
-    "ReadShards",
+    "ReadsSource",
     "Rename",
-    "ResampledShards",
     "RunContext",
     "Select",
-    "ShardFormat",
-    "ShardShuffle",
     "Shuffle",
-    "SimpleShardList",
-    "SplitPolicy",
-    "Splitter",
     "Stage",
     "StageStats",
     "StateDict",
+    "Stateful",
     "ToTuple",
     "associate",
     "batched",
@@ -88,11 +77,9 @@ __all__ = [
     "guarded",
     "info",
     "listed",
-    "make_source",
     "map",
     "map_dict",
     "map_tuple",
-    "non_empty",
     "pipelinefilter",
     "rename",
     "rename_keys",
@@ -100,17 +87,13 @@ __all__ = [
     "resampled",
     "rsample",
     "select",
-    "shardspec",
     "shuffle",
-    "single_node_only",
     "slice",
-    "split_by_node",
-    "split_by_worker",
     "to_tuple",
     "transform_with",
     "unbatched",
     "unlisted",
     "with_epoch",
     "with_length",
-    "xdecode",
 ]
+assert sorted(__all__) == __all__

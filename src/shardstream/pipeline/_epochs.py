@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..shards.world import World
-from ._torch import in_worker
 from .base import RunContext, StateDict
+from .iterable import in_worker
 
 __all__ = ["EpochOwner"]
 
@@ -14,6 +14,8 @@ __all__ = ["EpochOwner"]
 class EpochOwner:
     """Mixin of :class:`~shardstream.pipeline.DataPipeline`: epoch numbering and run contexts."""
 
+    #: The pipeline's stages (a nested pipeline is one step of its parent).
+    pipeline: list[Any]
     seed: int | None
     world: World | None
     epoch: int
@@ -45,6 +47,10 @@ class EpochOwner:
         self._begun = epoch
         self._next_epoch = epoch
         return epoch
+
+    def next_epoch(self) -> int:
+        """The epoch the next ``iter()`` would run when nothing else sets it."""
+        return max(self.epoch, self._begun) + 1
 
     def _advance_epoch(self) -> int:
         if self._next_epoch is not None:
@@ -81,6 +87,11 @@ class EpochOwner:
         :meth:`shardstream.WebLoader.load_state_dict`); a ``None`` state starts the epoch afresh.
         """
         self._worker_restore = {"epoch": epoch, "states": states, "roles": roles}
+
+    def workers_started(self) -> None:
+        """Called by a loader once its workers have their copies: the states handed to them by
+        :meth:`restore_workers` are theirs now, and never apply to this process."""
+        self._worker_restore = None
 
     def _take_worker_restore(self) -> None:
         """In a worker: pick this worker's saved state and role out of ``restore_workers``."""

@@ -36,19 +36,22 @@ import inspect
 import random
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 from ..errors import StateError
 from ..handlers import Handler
 from ..shards.world import World, derive_seed
+from ..telemetry.stats import StageStats
 
 if TYPE_CHECKING:
-    from ._telemetry import Recorder
+    from ..sources import Source
+    from ..telemetry.recorder import Recorder
 
 __all__ = [
     "DrawNode",
     "FunctionStage",
     "IterNode",
+    "LoaderDataset",
     "ListNode",
     "MapStage",
     "Node",
@@ -57,6 +60,7 @@ __all__ = [
     "Stage",
     "StageStats",
     "StateDict",
+    "ReadsSource",
     "Stateful",
     "guarded",
     "pipelinefilter",
@@ -99,21 +103,52 @@ class Stateful(Protocol):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None: ...
 
 
-class StageStats:
-    """Counters a stage keeps about the items its error policy skipped (per process)."""
+@runtime_checkable
+class LoaderDataset(Stateful, Protocol):
+    """What a loader (``WebLoader``) drives in a dataset that saves its position: every
+    shardstream pipeline (``DataPipeline`` and the datasets built on it) provides it.
 
-    __slots__ = ("skipped", "last_error")
+    Epochs: the loader fixes the next epoch in the main process before workers start
+    (:meth:`begin_epoch`), so copies pickled into workers agree on it. Positions: each batch a
+    worker collates carries :meth:`position`; a restored loader hands every worker its saved
+    state with :meth:`restore_workers` before they start, and calls :meth:`workers_started`
+    once they have their copies.
+    """
 
-    def __init__(self) -> None:
-        self.skipped = 0
-        self.last_error: str | None = None
+    epoch: int
 
-    def record(self, exn: BaseException) -> None:
-        self.skipped += 1
-        self.last_error = f"{type(exn).__name__}: {exn}"
+    def set_epoch(self, epoch: int) -> None: ...
 
-    def __repr__(self) -> str:
-        return f"StageStats(skipped={self.skipped}, last_error={self.last_error!r})"
+    def begin_epoch(self) -> int: ...
+
+    def next_epoch(self) -> int: ...
+
+    def context(self, epoch: int) -> RunContext: ...
+
+    def fingerprint(self) -> dict[str, Any]: ...
+
+    def position(self) -> StateDict: ...
+
+    def restore_workers(self, epoch: int, states: list[StateDict | None], roles: list[int]) -> None: ...
+
+    def workers_started(self) -> None: ...
+
+    def with_telemetry(self, enabled: bool = True, *, log_interval: float | None = None) -> Any: ...
+
+    def telemetry_on(self) -> bool: ...
+
+
+@runtime_checkable
+class ReadsSource(Protocol):
+    """A node that reads its bytes through a :class:`~shardstream.sources.Source` (the readers).
+
+    Telemetry calls :meth:`read_through` before the node starts, to time its I/O.
+    """
+
+    def read_through(self, wrap: Callable[[Source], Source]) -> Source:
+        """Read through ``wrap(source)`` from now on (in a copy of the stage: the user's stage is
+        untouched); returns the source it read through before."""
+        ...
 
 
 def guarded(
@@ -270,6 +305,14 @@ class Stage:
 
     #: Set by stages whose output count equals their input count (used for positions).
     one_to_one: bool = False
+    #: The kind of work, for telemetry: read, decode, map, fields, batch, shuffle, shards, stage.
+    kind: ClassVar[str] = "stage"
+    #: A short name in telemetry reports (default: the class name).
+    label: ClassVar[str] = ""
+
+    def describe(self) -> str:
+        """The stage's name in telemetry reports: ``read``, ``decode``, ``map <lambda>``."""
+        return self.label or type(self).__name__.lstrip("_")
 
     def build(self, upstream: Node | None, ctx: RunContext, state: StateDict | None = None) -> Node:
         raise NotImplementedError(f"{type(self).__name__} must implement build(upstream, ctx, state)")
@@ -342,6 +385,11 @@ class FunctionStage(Stage):
 
     Plain functions cannot save state; a pipeline holding one saves a replay count instead.
     """
+
+    kind = "map"  # a user's generator function
+
+    def describe(self) -> str:
+        return str(getattr(self.f, "__name__", None) or type(self.f).__name__)
 
     def __init__(self, f: Callable[..., Iterator[Any]], *args: Any, **kw: Any) -> None:
         self.f = f

@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from ._torch import in_worker
 from .base import Node, RunContext, Stage, StateDict
+from .iterable import in_worker
 
 __all__ = [
     "Batched",
@@ -148,6 +148,9 @@ class Batched(Stage):
         partial: yield the last, smaller batch (default True).
     """
 
+    kind = "batch"
+    label = "batched"
+
     def __init__(
         self, batchsize: int = 20, collation_fn: Collate | None = default_collation_fn, partial: bool = True
     ) -> None:
@@ -226,6 +229,9 @@ class Expand(Stage):
     Its state is the position of the item being expanded and how many of its parts were
     yielded; restoring produces that item again (``item_at``) and yields the rest.
     """
+
+    kind = "batch"
+    label = "unbatched"
 
     def expand(self, item: Any) -> list[Any]:
         raise NotImplementedError

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .._malloc import tune_allocator
 from ..handlers import Handler, reraise_exception
-from ._torch import in_worker
+from ..malloc import tune_allocator
 from .base import MapStage, RunContext
+from .iterable import in_worker
 
 __all__ = ["Decode", "decode"]
 
@@ -19,6 +19,9 @@ class Decode(MapStage):
     ``Decode("pil")``, ``Decode("rgb8", handle_extension("cls", int))``; ``allow_pickle=True``
     opts in to pickle decoding for this stage only.
     """
+
+    kind = "decode"
+    label = "decode"
 
     def __init__(self, *args: Any, handler: Handler = reraise_exception, **kw: Any) -> None:
         from ..decoders import make_decoder

@@ -60,6 +60,9 @@ def getfirst(
 class ToTuple(MapStage):
     """Turn dict samples into tuples of the named fields (``"jpg;png"`` picks the first present)."""
 
+    kind = "fields"
+    label = "to_tuple"
+
     def __init__(
         self,
         *fields: str,
@@ -108,6 +111,9 @@ def to_tuple(
 
 class Rename(MapStage):
     """Rename fields: ``rename(image="jpg;png", label="cls")``; ``keep=False`` drops the rest."""
+
+    kind = "fields"
+    label = "rename"
 
     def __init__(self, handler: Handler = reraise_exception, keep: bool = True, **kw: str) -> None:
         self.handler = handler

@@ -25,11 +25,15 @@ class Map(MapStage):
     A dict result of a dict sample gets the sample's ``__key__`` (as in WebDataset).
     """
 
+    kind = "map"
     drop_none = True
 
     def __init__(self, f: Callable[[Any], Any], handler: Handler = reraise_exception) -> None:
         self.f = f
         self.handler = handler
+
+    def describe(self) -> str:
+        return f"map {getattr(self.f, '__name__', None) or type(self.f).__name__}"
 
     def function(self, ctx: RunContext) -> Callable[[Any], Any]:
         f = self.f
@@ -49,6 +53,9 @@ class MapDict(MapStage):
     A sample without one of the fields raises :class:`~shardstream.errors.MissingFieldError`
     into ``handler`` (WebDataset raises ``KeyError`` there).
     """
+
+    kind = "map"
+    label = "map_dict"
 
     def __init__(self, handler: Handler = reraise_exception, **kw: Callable[[Any], Any]) -> None:
         if not kw:
@@ -86,6 +93,9 @@ class MapTuple(MapStage):
     element are not called (``map_tuple(f)`` on ``(image, label)`` maps the image only).
     """
 
+    kind = "map"
+    label = "map_tuple"
+
     def __init__(self, *fs: Callable[[Any], Any] | None, handler: Handler = reraise_exception) -> None:
         for i, f in enumerate(fs):
             if f is not None and not callable(f):
@@ -111,6 +121,9 @@ class MapTuple(MapStage):
 
 class Select(MapStage):
     """Keep only samples for which ``predicate(sample)`` is true (its errors propagate)."""
+
+    kind = "map"
+    label = "select"
 
     drop_none = True
 

@@ -14,12 +14,13 @@ from typing import Any
 
 from ..errors import StateError
 from ..shards.world import World
-from ._build import ChainNode, Pass, build_one
+from ..telemetry.recorder import Recorder, enable, fresh, resolve
 from ._epochs import EpochOwner
-from ._telemetry import enable, fresh, pipeline_stats, resolve
-from ._telemetry_stages import skip_counters
-from ._torch import IterableDatasetBase, in_worker
 from .base import Node, RunContext, StateDict
+from .build import ChainNode, Pass, build_one
+from .instrument import consumer, instrument, pipeline_stats
+from .iterable import IterableDatasetBase, in_worker
+from .labels import skip_counters
 
 __all__ = ["DataPipeline"]
 
@@ -129,7 +130,7 @@ class DataPipeline(EpochOwner, IterableDatasetBase):  # type: ignore[type-arg]
             try:
                 node = build_one(f, node, ctx, state)
                 if ctx.telemetry is not None:
-                    ctx.telemetry.instrument(node, f)
+                    instrument(ctx.telemetry, node, f)
             except BaseException:
                 for built in reversed(nodes):
                     built.close()
@@ -149,7 +150,7 @@ class DataPipeline(EpochOwner, IterableDatasetBase):  # type: ignore[type-arg]
             ctx = dataclasses.replace(ctx, telemetry=recorder.begin_pass())
         nodes = live.nodes = self._build_nodes(None, ctx, states)
         if recorder:
-            recorder.consumer(nodes[-1])
+            consumer(recorder, nodes[-1])
         live.stateful = all(n.stateful for n in nodes)
         last = nodes[-1]
         try:
@@ -334,6 +335,10 @@ class DataPipeline(EpochOwner, IterableDatasetBase):  # type: ignore[type-arg]
         """
         self._telemetry = enable(self._telemetry, enabled, log_interval)
         return self
+
+    def telemetry_on(self) -> bool:
+        """Whether telemetry was turned on for this pipeline itself (not from the environment)."""
+        return isinstance(self._telemetry, Recorder) or self._telemetry is True
 
     def stats(self) -> dict[str, Any]:
         """What this pipeline did in this process, as plain (JSON-able) data.

@@ -136,6 +136,9 @@ class Shuffle(Stage):
             or 0.
     """
 
+    kind = "shuffle"
+    label = "shuffle"
+
     def __init__(
         self,
         bufsize: int = 1000,

@@ -7,8 +7,8 @@ import itertools
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from ._torch import IterableDatasetBase as IterableDataset
 from .base import Node, RunContext, Stage, StateDict
+from .iterable import IterableDatasetBase as IterableDataset
 
 __all__ = ["MockDataset", "repeatedly", "slice", "with_epoch", "with_length"]
 

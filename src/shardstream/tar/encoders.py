@@ -120,7 +120,7 @@ def bytestr(data: Any) -> bytes:
 
 def torch_dumps(data: Any) -> bytes:
     """Serialize with ``torch.save`` (readable back with ``weights_only=True`` for tensors/dicts)."""
-    from ..decoders._lazy import require_torch
+    from ..optional import require_torch
 
     torch = require_torch(purpose="encoding .pth fields")
 

@@ -16,14 +16,15 @@ import itertools
 from collections.abc import Iterator
 from typing import Any
 
+from ..pipeline.base import StateDict
 from ..shards.elastic import Unit
 from ..tar.grouping import Cursor
-from .base import Node, StateDict
+from ._reading import ReadingNode
 
 __all__ = ["UnitsNode", "read_span"]
 
 
-class UnitsNode(Node):
+class UnitsNode(ReadingNode):
     """Yields the samples of ``state["units"]`` through ``stage``'s format, source and handler."""
 
     def __init__(self, stage: Any, state: StateDict) -> None:

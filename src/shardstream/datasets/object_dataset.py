@@ -26,8 +26,8 @@ from typing import Any
 from ..errors import SourceError
 from ..handlers import Handler, reraise_exception
 from ..objects import DEFAULT_WINDOW, Manifest, ObjectReader
-from .base import StageStats
-from .objects import open_table
+from ..pipeline.base import StageStats
+from ..readers.objects import open_table
 
 try:
     from torch.utils.data import Dataset as _MapDatasetBase

@@ -23,13 +23,13 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from ..errors import ConfigurationError, SplitError
+from ..pipeline.base import DrawNode, ListNode, Node, RunContext, Stage, StateDict
 from ..shards.plan import epoch_order
 from ..shards.spec import expand_urls
 from ..shards.split import split_slice, take_every
 from ..shards.world import World, derive_seed
 from ..sources import scheme_of
 from ..tar.index import read_index
-from .base import DrawNode, ListNode, Node, RunContext, Stage, StateDict
 
 __all__ = [
     "ResampledShards",
@@ -60,6 +60,9 @@ class SimpleShardList(Stage):
         urls: a spec string or a list of URLs.
         seed: when given, the list is shuffled with this seed and the epoch on every epoch.
     """
+
+    kind = "shards"
+    label = "shard list"
 
     def __init__(self, urls: str | Sequence[str], seed: int | None = None) -> None:
         self.urls = expand_urls(urls)
@@ -109,6 +112,9 @@ class ResampledShards(Stage):
             spec (nothing is yielded).
     """
 
+    kind = "shards"
+    label = "shard draws"
+
     def __init__(
         self,
         urls: str | Sequence[str],
@@ -155,6 +161,9 @@ class ShardShuffle(Stage):
     workers then take disjoint slices of the same order, and the slices change every epoch.
     (WebDataset shuffles after splitting, with a buffer, and repeats its order every epoch.)
     """
+
+    kind = "shards"
+    label = "shard shuffle"
 
     def __init__(self, seed: int | None = None) -> None:
         self.seed = seed
@@ -246,6 +255,9 @@ class Splitter(Stage):
     like those functions they can be called on a shard iterator: ``split_by_worker(src)``.
     Workers without a shard yield nothing; a rank without a shard raises (see the module docstring).
     """
+
+    kind = "shards"
+    label = "split"
 
     def __init__(self, by: str) -> None:
         if by not in ("node", "worker", "single"):

@@ -1,11 +1,13 @@
-"""Import optional decoding backends on first use, with an install hint when they are missing."""
+"""Optional dependencies: import them on first use with an install hint, and tell whether this
+process is a torch DataLoader worker (without importing torch)."""
 
 from __future__ import annotations
 
 import importlib
+import sys
 from types import ModuleType
 
-__all__ = ["TORCH_INSTALL_HINT", "require", "require_torch"]
+__all__ = ["TORCH_INSTALL_HINT", "in_worker", "require", "require_torch"]
 
 #: What to do when torch is missing. shardstream does not depend on torch on purpose: users pick the
 #: build (CPU or a CUDA version) themselves, and resolving shardstream must never pull a multi-GB wheel.
@@ -35,3 +37,9 @@ def require(module: str, *, purpose: str, install: str) -> ModuleType:
 def require_torch(*, purpose: str) -> ModuleType:
     """Import ``torch`` or raise ImportError saying that ``purpose`` needs it and how to install it."""
     return require("torch", purpose=purpose, install=TORCH_INSTALL_HINT)
+
+
+def in_worker() -> bool:
+    """True inside a DataLoader worker process (where torch is imported by definition)."""
+    torch_data = sys.modules.get("torch.utils.data")
+    return torch_data is not None and torch_data.get_worker_info() is not None

@@ -7,10 +7,10 @@ the pipelines still work (torch is deliberately not a dependency).
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
-from ..decoders._lazy import require_torch as _require_torch
+from ..optional import in_worker
+from ..optional import require_torch as _require_torch
 
 __all__ = ["IterableDatasetBase", "in_worker", "require_torch"]
 
@@ -28,9 +28,3 @@ except ImportError:  # pragma: no cover - exercised by the no-torch test in a fr
 def require_torch(what: str) -> Any:
     """Import torch, or raise an ImportError that says what needs it and how to install it."""
     return _require_torch(purpose=what)
-
-
-def in_worker() -> bool:
-    """True inside a DataLoader worker process (where torch is imported by definition)."""
-    torch_data = sys.modules.get("torch.utils.data")
-    return torch_data is not None and torch_data.get_worker_info() is not None

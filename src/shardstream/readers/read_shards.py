@@ -20,11 +20,12 @@ from typing import Any, Protocol
 
 from ..errors import StateError
 from ..handlers import Handler, reraise_exception
+from ..pipeline.base import Node, RunContext, Stage, StateDict
 from ..sources import SchemeRouter, Source
 from ..tar.grouping import Cursor
 from ..tar.samples import TarFormat
-from ._units import UnitsNode
-from .base import Node, RunContext, Stage, StateDict
+from ._reading import ReadingNode
+from .runs import UnitsNode
 
 __all__ = ["ReadShards", "ShardFormat", "ahead_url", "open_ahead"]
 
@@ -43,7 +44,9 @@ class ShardFormat(Protocol):
     def count(self, source: Source, url: str) -> int: ...
 
 
-class _ReadNode(Node):
+class _ReadNode(ReadingNode):
+    stage: ReadShards
+
     def __init__(self, stage: ReadShards, upstream: Node, state: StateDict | None) -> None:
         super().__init__(upstream)
         state = state or {}
@@ -214,6 +217,9 @@ class ReadShards(Stage):
             source; not through the shard cache or a custom source). The next shard's request
             round trip then passes while this shard is parsed.
     """
+
+    kind = "read"
+    label = "read"
 
     def __init__(
         self,

@@ -25,19 +25,19 @@ from typing import Any
 from ..cache import cached_source
 from ..config import UNSET, Unset, read_settings
 from ..handlers import Handler, reraise_exception
+from ..pipeline.base import Stage
+from ..pipeline.batch import Batched
+from ..pipeline.fluent import FluidInterface
+from ..pipeline.pipeline import DataPipeline
+from ..readers.empty import CheckEmpty
+from ..readers.planned import PlannedSamples
+from ..readers.read_shards import ReadShards, ShardFormat
+from ..readers.shardlists import ResampledShards, ShardShuffle, SimpleShardList
 from ..shards.spec import expand_urls
 from ..shards.world import World
 from ..sources import SchemeRouter, Source
 from ..sources._registry import check_pipe
-from .base import Stage
-from .batch import Batched
-from .extra import CheckEmpty
-from .fluent import FluidInterface
-from .pipeline import DataPipeline
-from .planned import PlannedSamples
 from .policy import CachePolicy, SplitPolicy
-from .read import ReadShards, ShardFormat
-from .shardlists import ResampledShards, ShardShuffle, SimpleShardList
 
 __all__ = ["Dataset", "make_source"]
 
@@ -85,7 +85,7 @@ class Dataset(DataPipeline, FluidInterface):
             format: the shard format (default: WebDataset tar).
             handler: error policy for shard errors (default: raise).
             empty_check: raise a clear error when an epoch yields no sample (default True).
-            log_shards: log every shard as it is opened (INFO, ``shardstream.pipeline.read``).
+            log_shards: log every shard as it is opened (INFO, ``shardstream.readers.read_shards``).
             read_ahead: open the next ``s3://`` or ``http(s)://`` shard while this one is read
                 (default True; not through the cache). See :class:`ReadShards`.
 

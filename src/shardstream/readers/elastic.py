@@ -21,13 +21,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import StateError
+from ..pipeline.base import Node, RunContext, StateDict
+from ..pipeline.build import build_one
+from ..pipeline.shuffle import Shuffle
 from ..shards.elastic import Unit, cut, deal, slot_quotas
 from ..shards.world import World
-from ._build import build_one
-from .base import Node, RunContext, StateDict
 from .planned import PlannedSamples
-from .read import ReadShards, ahead_url
-from .shuffle import Shuffle
+from .read_shards import ReadShards, ahead_url
 
 __all__ = ["remaining", "resplit"]
 

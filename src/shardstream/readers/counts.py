@@ -23,7 +23,7 @@ from ..errors import ConfigurationError, ShardNotFoundError
 from ..forks import GatedExecutor
 from ..sources import SchemeRouter, Source
 from ..tar.samples import TarFormat
-from .read import ShardFormat
+from .read_shards import ShardFormat
 
 __all__ = ["CountSource", "count_samples", "shard_counts"]
 

@@ -1,4 +1,4 @@
-"""Small value objects that configure a :class:`~shardstream.pipeline.dataset.Dataset`.
+"""Small value objects that configure a :class:`~shardstream.datasets.dataset.Dataset`.
 
 :class:`SplitPolicy` says how shards are divided among ranks and DataLoader workers;
 :class:`CachePolicy` whether and where remote shards are cached. Both are frozen, validate
@@ -13,8 +13,8 @@ from typing import Any
 
 from ..config import parse_size, read_settings
 from ..errors import ConfigurationError
+from ..readers.shardlists import split_by_node, split_by_worker
 from ..shards.plan import GRANULARITIES
-from .shardlists import split_by_node, split_by_worker
 
 __all__ = ["CachePolicy", "SplitPolicy"]
 

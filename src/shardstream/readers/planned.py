@@ -22,16 +22,17 @@ from typing import Any
 
 from ..errors import ConfigurationError, SplitError
 from ..handlers import Handler, reraise_exception
+from ..pipeline.base import Node, RunContext, Stage, StateDict
 from ..shards.plan import GRANULARITIES, MODES, EpochPlan, Piece, batches_per_rank, plan_epoch, worker_quotas
 from ..shards.spec import expand_urls
 from ..shards.world import World, derive_seed
 from ..sources import SchemeRouter, Source
 from ..tar.grouping import Cursor
 from ..tar.samples import TarFormat
-from ._counts import CountSource, shard_counts
-from ._units import UnitsNode, read_span
-from .base import Node, RunContext, Stage, StateDict
-from .read import ShardFormat, open_ahead
+from ._reading import ReadingNode
+from .counts import CountSource, shard_counts
+from .read_shards import ShardFormat, open_ahead
+from .runs import UnitsNode, read_span
 
 __all__ = ["PlannedSamples"]
 
@@ -67,8 +68,11 @@ class PlannedSamples(Stage):
                 shards, else a counting pass (cached in this process; ``count_cache`` persists it).
             storage_options: options for opening index files.
             read_ahead: open the next piece's shard while this piece is read (default True;
-                see :class:`~shardstream.pipeline.read.ReadShards`).
+                see :class:`~shardstream.readers.read_shards.ReadShards`).
     """
+
+    kind = "read"
+    label = "read"
 
     def __init__(
         self,
@@ -158,7 +162,9 @@ class PlannedSamples(Stage):
         return iter(self.build(None, RunContext.detect(seed=self.seed)))
 
 
-class _PlannedNode(Node):
+class _PlannedNode(ReadingNode):
+    stage: PlannedSamples
+
     def __init__(self, stage: PlannedSamples, ctx: RunContext, state: StateDict) -> None:
         super().__init__(None)
         self.stage, self.ctx = stage, ctx

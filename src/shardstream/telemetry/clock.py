@@ -12,7 +12,7 @@ that rare expensive pulls (a shard opening) never enter a scaled sample.
 * :func:`clocked` wraps a node's generator: it measures the node's *inclusive* time (its own
   plus everything upstream).
 * :func:`timed_map` replaces the loop of a map stage (the same try/handler/skip loop as
-  :func:`~shardstream.pipeline.base.guarded`): it times the function alone (the stage's *own*
+  ``shardstream.pipeline.base.guarded``): it times the function alone (the stage's *own*
   time) and adds no generator layer. Given the slot of the node upstream (``up``), it also
   times that node's pulls, so that node needs no layer of its own: this is how the reading
   node, followed by a decode or map stage, is timed. It is a copy of that loop, not a flag on
@@ -34,7 +34,7 @@ from operator import length_hint
 from typing import Any, Protocol
 
 from ..handlers import Handler
-from .base import StageStats
+from .stats import StageStats
 
 __all__ = ["SLOW_NS", "WARMUP", "Clock", "Slot", "clocked", "timed_map"]
 
@@ -68,12 +68,12 @@ class Slot:
     iterator, advanced once per item, of ``run_len`` items)."""
 
     __slots__ = (
-        "label", "kind", "mode", "stage", "items", "run", "run_len",
+        "label", "kind", "mode", "stats", "items", "run", "run_len",
         "exact_ns", "sampled_ns", "sampled", "span", "first", "last", "head",
     )  # fmt: skip
 
-    def __init__(self, label: str, kind: str, mode: str, stage: Any) -> None:
-        self.label, self.kind, self.mode, self.stage = label, kind, mode, stage
+    def __init__(self, label: str, kind: str, mode: str, stats: StageStats | None) -> None:
+        self.label, self.kind, self.mode, self.stats = label, kind, mode, stats
         self.items = self.exact_ns = self.sampled_ns = self.sampled = self.span = 0
         self.run: Iterator[int] = _NO_RUN
         self.run_len = 0
@@ -180,7 +180,7 @@ def timed_map(
     rec: Clock,
     up: Slot | None = None,
 ) -> Iterator[Any]:
-    """:func:`~shardstream.pipeline.base.guarded` with ``fn`` timed (own time): the first 64
+    """``shardstream.pipeline.base.guarded`` with ``fn`` timed (own time): the first 64
     calls, then one per run of calls of random length (mean about 120). With ``up``, the pulls from
     ``src`` are timed at the same points and counted there (``src``'s inclusive time, I/O
     excluded), in place of a :func:`clocked` layer on ``src``."""

@@ -23,22 +23,19 @@ Retries and throttles are counted from the retry lines the resumable reader logs
 
 from __future__ import annotations
 
-import copy
-import inspect
 import logging
 import os
 import time
 import uuid
 from typing import Any, Literal
 
-from ._telemetry_clock import Slot, clocked, timed_map
-from ._telemetry_io import TimedSource, retry_counter
-from ._telemetry_report import one_line, process_view, summarize
-from ._telemetry_stages import skip_counters, stage_kind, stage_label
-from ._torch import in_worker
-from .base import MapStage, Node, _MapNode
+from ..optional import in_worker
+from .clock import Slot
+from .io import retry_counter
+from .report import one_line, process_view, summarize
+from .stats import StageStats
 
-__all__ = ["Recorder", "enable", "fresh", "pipeline_stats", "resolve"]
+__all__ = ["Recorder", "Setting", "enable", "fresh", "resolve"]
 
 log = logging.getLogger(__name__)
 
@@ -58,9 +55,12 @@ class Recorder:
         self.pid = os.getpid()
         self.token = uuid.uuid4().hex[:12]  # tells the loader when a worker's counters restart
         self.slots: list[Slot] = []
-        self._cursor = self._k = 0  # slots and stages seen in the pass being built
-        # The last layer put in: (node, slot, what it wraps, shard-level nodes built after it).
-        self._layer: tuple[Node, Slot, Any, list[Node]] | None = None
+        self._cursor = 0  # slots seen in the pass being built
+        #: Stages seen in the pass being built (their number is part of their label).
+        self.stages_built = 0
+        #: The last timing layer put in by the instrumentation of the pass being built, opaque
+        #: here (:mod:`shardstream.pipeline.instrument` reads and writes it).
+        self.layer: Any = None
         self.io_ns = self.io_bytes = self.opens = 0
         self.collate_ns = self.batches = 0
         self.sources: list[tuple[Any, dict[str, int]]] = []
@@ -81,73 +81,20 @@ class Recorder:
         """Called when a pass builds its nodes; a forked copy starts its own counters here."""
         if os.getpid() != self.pid:
             self._reset()
-        self._cursor = self._k = 0
-        self._layer = None
+        self._cursor = self.stages_built = 0
+        self.layer = None
         return self
 
-    def instrument(self, node: Node, stage: Any) -> None:
-        """Time ``node`` (just built from ``stage``): replace its generator by a timed one."""
-        if hasattr(stage, "_build_nodes"):
-            return  # a nested pipeline: its own stages were instrumented as they were built
-        k = self._k
-        self._k += 1
-        kind = stage_kind(stage)
-        if kind == "shards":
-            if self._layer is not None:  # a pass-through (the empty-epoch check) after a layer
-                self._layer[3].append(node)
-            return
-        mapped = type(node) is _MapNode and isinstance(stage, MapStage)
-        slot = self._slot(f"{k}:{stage_label(stage)}", kind, "own" if mapped else "inclusive", stage)
-        if mapped:
-            assert isinstance(node, _MapNode) and node.upstream is not None
-            up = self._unlayer(node.upstream)
-            node._it = timed_map(
-                node.upstream, node.fn, stage.handler, stage.stats, stage.drop_none, slot, self, up
-            )
-            return
-        config = getattr(node, "stage", None)
-        if kind == "read" and config is not None and hasattr(config, "source"):
-            config.stats  # noqa: B018 - create the skip counters now, so the copy shares them
-            timed = copy.copy(config)
-            timed.source = TimedSource(config.source, self)
-            node.stage = timed  # type: ignore[attr-defined]
-            self._watch(config.source)
-        self._layer = (node, slot, node._it, [])
-        node._it = clocked(node._it, slot, self)
-
-    def _unlayer(self, upstream: Node) -> Slot | None:
-        """Take the timing layer off the node a map stage is built on, when it was the last layer
-        put in and nothing has started (the map stage's loop then times its pulls instead); the
-        layer's slot, or None. Shard-level nodes in between (the empty-epoch check) have not
-        started either, and count in the pulls."""
-        layer, self._layer = self._layer, None
-        if layer is None:
-            return None
-        node, slot, inner, between = layer
-        while upstream is not node:
-            if all(upstream is not b for b in between) or not _unstarted(upstream._it):
-                return None
-            assert upstream.upstream is not None
-            upstream = upstream.upstream
-        if getattr(node._it, "gi_code", None) is not clocked.__code__ or not _unstarted(node._it):
-            return None
-        node._it = inner
-        return slot
-
-    def consumer(self, last: Node) -> None:
-        """Time the pass's last node as a whole (unless it is already wrapped in a layer)."""
-        self._layer = None  # the pass is built: hold none of its nodes
-        if getattr(last._it, "gi_code", None) is not clocked.__code__:
-            last._it = clocked(last._it, self._slot("consumer", "consumer", "inclusive", None), self)
-
-    def _slot(self, label: str, kind: str, mode: str, stage: Any) -> Slot:
+    def slot(self, label: str, kind: str, mode: str, stats: StageStats | None) -> Slot:
+        """The counters of the next node of the pass being built (the same slot in every pass)."""
         j = self._cursor
         self._cursor += 1
         if j == len(self.slots):
-            self.slots.append(Slot(label, kind, mode, stage))
+            self.slots.append(Slot(label, kind, mode, stats))
         return self.slots[j]
 
-    def _watch(self, source: Any) -> None:
+    def watch(self, source: Any) -> None:
+        """Count the cache hits and misses of ``source`` (when it keeps cache counters)."""
         stats = getattr(source, "stats", None)
         as_dict = getattr(stats, "as_dict", None)
         if as_dict is not None and all(s is not source for s, _ in self.sources):
@@ -185,8 +132,7 @@ class Recorder:
                 first = s.first
             if s.last > last:
                 last = s.last
-            stats = s.stage.__dict__.get("_stats") if hasattr(s.stage, "__dict__") else None
-            per_node += (s.count(), s.estimate(), stats.skipped if stats is not None else 0)
+            per_node += (s.count(), s.estimate(), s.stats.skipped if s.stats is not None else 0)
         out = (
             first,
             last,
@@ -226,10 +172,6 @@ class Recorder:
         log.info("telemetry (%s %d): %s", where, os.getpid(), one_line(summarize([self.view()])))
 
 
-def _unstarted(it: Any) -> bool:
-    return inspect.isgenerator(it) and inspect.getgeneratorstate(it) == inspect.GEN_CREATED
-
-
 # -- what DataPipeline uses ------------------------------------------------------------------------
 #: A pipeline's telemetry setting: a recorder (on), False (off), None (from the environment).
 Setting = Any
@@ -263,32 +205,3 @@ def enable(setting: Setting, enabled: bool, log_interval: float | None) -> Setti
 def fresh(setting: Setting) -> Setting:
     """The setting for a copy of a pipeline (``compose``): on, with counters of its own."""
     return Recorder(setting.log_interval) if isinstance(setting, Recorder) else setting
-
-
-def pipeline_stats(setting: Setting, steps: list[Any]) -> dict[str, Any]:
-    """``DataPipeline.stats()``: the report of this process, with every stage's skip counters."""
-    from ._telemetry_report import summarize
-
-    skips = skip_counters(steps)
-    errors = {label.partition(":")[0]: stats.last_error for label, stats in skips}
-    if isinstance(setting, Recorder):
-        report = summarize([setting.view()] if setting.slots else [])
-        for entry in report["stages"]:
-            if entry["kind"] not in ("io", "collate"):
-                entry["last_error"] = errors.get(entry["stage"].partition(":")[0])
-        if not setting.slots:
-            report["verdict"] = (
-                "no data in this process yet: iterate the dataset here (its DataLoader workers "
-                "report through WebLoader(..., telemetry=True).stats())"
-            )
-    else:
-        report = {
-            "telemetry": False,
-            "stages": [
-                {"stage": label, "skipped": s.skipped, "last_error": s.last_error} for label, s in skips
-            ],
-            "verdict": "telemetry is off: Dataset(..., telemetry=True), .with_telemetry(), "
-            "WebLoader(..., telemetry=True) or SHARDSTREAM_TELEMETRY=1",
-        }
-    report["skipped"] = sum(s.skipped for _, s in skips)
-    return report

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 from ..forks import ForkSafeLock
 
 if TYPE_CHECKING:
-    from ._telemetry import Recorder
+    from .recorder import Recorder
 
 __all__ = ["TimedSource", "retry_counter"]
 

@@ -1,0 +1,111 @@
+"""The iterable dataset over single-sample objects: ``ObjectStream`` (a pipeline that starts with
+:class:`~shardstream.readers.objects.ObjectSamples`, with the fluent stages).
+
+::
+
+    ds = ss.ObjectStream("s3://bucket/train/", split="equal", batch_size=64, seed=0)
+    ds = ds.decode("rgb8").to_tuple("jpg", "cls").batched(64)
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..handlers import Handler, reraise_exception
+from ..objects import DEFAULT_MAX_BYTES, DEFAULT_WINDOW, Manifest, ObjectReader
+from ..pipeline.batch import Batched
+from ..pipeline.fluent import FluidInterface
+from ..pipeline.pipeline import DataPipeline
+from ..readers.objects import ObjectSamples, open_table
+from ..shards.world import World
+from .policy import SplitPolicy
+
+__all__ = ["ObjectStream"]
+
+
+class ObjectStream(DataPipeline, FluidInterface):
+    """An iterable dataset over a prefix of single-sample objects, with the fluent stages.
+
+    Args:
+        url: the prefix: ``s3://bucket/prefix/``, a local directory, or ``http(s)://`` with a
+            manifest.
+
+        Listing:
+            manifest: a key list / JSONL / S3 Inventory CSV path or URL, a list of keys, or a
+                :class:`~shardstream.objects.Manifest`; default: list the prefix once.
+            manifest_dir: where listings are saved and reused (default: not saved).
+
+        Order and splitting:
+            shuffle: a new global permutation of the samples every epoch (default True).
+            seed: base seed (default: ``SHARDSTREAM_SEED`` or 0).
+            split: ``None`` (every n-th sample per rank and worker), ``"equal"`` (the same
+                number of batches on every rank) or ``"exact"`` (every sample once, padded);
+                a :class:`SplitPolicy` with one of those modes works too.
+            batch_size: with a split, quotas are whole batches of this size.
+            world: an explicit ``World`` instead of detection.
+
+        Fetching:
+            window: requests in flight per process (per DataLoader worker), default 32.
+            max_bytes: bytes fetched ahead and not consumed, at most (default 256 MiB).
+            ordered: deliver in the permutation's order (default); False delivers as fetched
+                (faster with uneven object sizes; the order and resume are then not exact).
+            handler: error policy for a sample that cannot be fetched (default: raise).
+            storage_options: options for the sources (endpoint, credentials, ...).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        manifest: str | Manifest | Sequence[str] | None = None,
+        manifest_dir: str | None = None,
+        shuffle: bool = True,
+        seed: int | None = None,
+        split: str | SplitPolicy | None = None,
+        batch_size: int | None = None,
+        world: World | None = None,
+        window: int = DEFAULT_WINDOW,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        ordered: bool = True,
+        handler: Handler = reraise_exception,
+        storage_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(seed=seed, world=world)
+        mode = split.mode if isinstance(split, SplitPolicy) else split
+        if isinstance(split, SplitPolicy) and batch_size is None:
+            batch_size = split.batch_size
+        self.url = url
+        table = open_table(url, manifest, storage_options, manifest_dir)
+        self.reader = ObjectReader(
+            table, storage_options, window=window, max_bytes=max_bytes, ordered=ordered
+        )
+        self.source_stage = ObjectSamples(
+            self.reader, split=mode, batch_size=batch_size or 1, shuffle=shuffle, seed=seed, handler=handler
+        )
+        self.append(self.source_stage)
+
+    def compose(self, *stages: Any) -> Any:
+        return DataPipeline.compose(self, *stages)
+
+    @property
+    def throttles(self) -> int:
+        """503 SlowDown / 429 answers this process has seen (each one retried, never fatal)."""
+        return self.reader.throttles
+
+    def fingerprint(self) -> dict[str, Any]:
+        keys = self.reader.table.keys
+        digest = hashlib.blake2b(repr((len(keys), keys[:1], keys[-1:])).encode(), digest_size=8).hexdigest()
+        stage = self.source_stage
+        return {**DataPipeline.fingerprint(self), "objects": digest, "seed": self.seed, "split": stage.split}
+
+    def __len__(self) -> int:
+        """Items per rank per epoch, divided by each ``.batched(n)`` composed after the source."""
+        if self.size is not None:
+            return DataPipeline.__len__(self)
+        n = self.source_stage.samples_per_rank(self.context(0).world.world_size)
+        for stage in self.pipeline[1:]:
+            if isinstance(stage, Batched):
+                n = -(-n // stage.batchsize) if stage.partial else n // stage.batchsize
+        return n

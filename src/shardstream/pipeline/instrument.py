@@ -1,0 +1,107 @@
+"""Telemetry's hooks into a pass: time each node as it is built, and a pipeline's report.
+
+:func:`instrument` replaces a node's generator by a timed one from :mod:`shardstream.telemetry.clock`
+(see :mod:`shardstream.telemetry.recorder` for what is timed and why); nothing is replaced when
+telemetry is off, so the hot path is then exactly the uninstrumented one. The reading node reads
+through a :class:`~shardstream.telemetry.io.TimedSource` (declared by :class:`ReadsSource`).
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from ..telemetry.clock import Slot, clocked, timed_map
+from ..telemetry.io import TimedSource
+from ..telemetry.recorder import Recorder, Setting
+from ..telemetry.report import summarize
+from ._epochs import EpochOwner
+from .base import MapStage, Node, ReadsSource, _MapNode
+from .labels import skip_counters, stage_kind, stage_label, stage_stats
+
+__all__ = ["consumer", "instrument", "pipeline_stats"]
+
+
+def instrument(rec: Recorder, node: Node, stage: Any) -> None:
+    """Time ``node`` (just built from ``stage``): replace its generator by a timed one."""
+    if isinstance(stage, EpochOwner):
+        return  # a nested pipeline: its own stages were instrumented as they were built
+    k = rec.stages_built
+    rec.stages_built += 1
+    kind = stage_kind(stage)
+    if kind == "shards":
+        if rec.layer is not None:  # a pass-through (the empty-epoch check) after a layer
+            rec.layer[3].append(node)
+        return
+    mapped = type(node) is _MapNode and isinstance(stage, MapStage)
+    slot = rec.slot(f"{k}:{stage_label(stage)}", kind, "own" if mapped else "inclusive", stage_stats(stage))
+    if mapped:
+        assert isinstance(node, _MapNode) and node.upstream is not None
+        up = _unlayer(rec, node.upstream)
+        node._it = timed_map(
+            node.upstream, node.fn, stage.handler, stage.stats, stage.drop_none, slot, rec, up
+        )
+        return
+    if kind == "read" and isinstance(node, ReadsSource):
+        rec.watch(node.read_through(lambda source: TimedSource(source, rec)))
+    rec.layer = (node, slot, node._it, [])
+    node._it = clocked(node._it, slot, rec)
+
+
+def _unlayer(rec: Recorder, upstream: Node) -> Slot | None:
+    """Take the timing layer off the node a map stage is built on, when it was the last layer
+    put in and nothing has started (the map stage's loop then times its pulls instead); the
+    layer's slot, or None. Shard-level nodes in between (the empty-epoch check) have not
+    started either, and count in the pulls."""
+    layer, rec.layer = rec.layer, None
+    if layer is None:
+        return None
+    node, slot, inner, between = layer
+    while upstream is not node:
+        if all(upstream is not b for b in between) or not _unstarted(upstream._it):
+            return None
+        assert upstream.upstream is not None
+        upstream = upstream.upstream
+    if getattr(node._it, "gi_code", None) is not clocked.__code__ or not _unstarted(node._it):
+        return None
+    node._it = inner
+    found: Slot = slot
+    return found
+
+
+def consumer(rec: Recorder, last: Node) -> None:
+    """Time the pass's last node as a whole (unless it is already wrapped in a layer)."""
+    rec.layer = None  # the pass is built: hold none of its nodes
+    if getattr(last._it, "gi_code", None) is not clocked.__code__:
+        last._it = clocked(last._it, rec.slot("consumer", "consumer", "inclusive", None), rec)
+
+
+def _unstarted(it: Any) -> bool:
+    return inspect.isgenerator(it) and inspect.getgeneratorstate(it) == inspect.GEN_CREATED
+
+
+def pipeline_stats(setting: Setting, steps: list[Any]) -> dict[str, Any]:
+    """``DataPipeline.stats()``: the report of this process, with every stage's skip counters."""
+    skips = skip_counters(steps)
+    errors = {label.partition(":")[0]: stats.last_error for label, stats in skips}
+    if isinstance(setting, Recorder):
+        report = summarize([setting.view()] if setting.slots else [])
+        for entry in report["stages"]:
+            if entry["kind"] not in ("io", "collate"):
+                entry["last_error"] = errors.get(entry["stage"].partition(":")[0])
+        if not setting.slots:
+            report["verdict"] = (
+                "no data in this process yet: iterate the dataset here (its DataLoader workers "
+                "report through WebLoader(..., telemetry=True).stats())"
+            )
+    else:
+        report = {
+            "telemetry": False,
+            "stages": [
+                {"stage": label, "skipped": s.skipped, "last_error": s.last_error} for label, s in skips
+            ],
+            "verdict": "telemetry is off: Dataset(..., telemetry=True), .with_telemetry(), "
+            "WebLoader(..., telemetry=True) or SHARDSTREAM_TELEMETRY=1",
+        }
+    report["skipped"] = sum(s.skipped for _, s in skips)
+    return report
