@@ -57,6 +57,10 @@ VARIABLES: Final[dict[str, tuple[str | None, str]]] = {
         "seconds a loader waits for a worker's next batch, then raises with its stack; 0: forever "
         "(default 600)",
     ),
+    "SHARDSTREAM_TUNE_MALLOC": (
+        None,
+        "0: leave glibc's allocator alone in DataLoader workers (default 1: keep decode buffers on the heap)",
+    ),
 }
 
 
@@ -138,6 +142,7 @@ class Settings:
     telemetry_interval: float = 60.0
     worker_start: str = "auto"
     worker_timeout: float = 600.0
+    tune_malloc: bool = True
 
 
 def _number(name: str, value: str | None, kind: type[int] | type[float], default: float) -> float:
@@ -193,6 +198,7 @@ def read_settings(environ: Mapping[str, str] | None = None) -> Settings:
         worker_timeout=_number(
             "SHARDSTREAM_WORKER_TIMEOUT", env_value("SHARDSTREAM_WORKER_TIMEOUT", env), float, 600.0
         ),
+        tune_malloc=_flag("SHARDSTREAM_TUNE_MALLOC", env_value("SHARDSTREAM_TUNE_MALLOC", env) or "1"),
     )
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from shardstream.cache._owner import Owner
 from shardstream.cache.lock import LockTiming, ShardLock, read_lock
+from shardstream.cache.owner import Owner
 from shardstream.errors import CacheLockTimeout
 
 FAST = LockTiming(timeout=5.0, stale_after=1.0, heartbeat=0.2, poll_min=0.005, poll_max=0.05)
@@ -146,8 +146,8 @@ def test_leases_survive_concurrent_release_of_the_directory(tmp_path) -> None:
     """Threads creating and releasing leases on one entry race on its directory: none may fail."""
     import threading
 
-    from shardstream.cache._owner import Owner
     from shardstream.cache.lease import Lease
+    from shardstream.cache.owner import Owner
 
     owner = Owner.current()
     directory = str(tmp_path / "lease" / "entry")

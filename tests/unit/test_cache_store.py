@@ -15,7 +15,7 @@ from typing import BinaryIO
 import pytest
 
 from shardstream.cache import CachedSource, ShardCache
-from shardstream.cache._owner import Owner
+from shardstream.cache.owner import Owner
 from shardstream.errors import CacheError, ConfigurationError
 from shardstream.sources import SchemeRouter, Source, get_source, local_path_of, register_source
 from shardstream.sources.base import ObjectInfo

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from shardstream.cache import ShardCache
-from shardstream.cache._owner import Owner
+from shardstream.cache.owner import Owner
 from shardstream.cli import main
 from shardstream.sources.memory import memory_store
 

@@ -78,3 +78,27 @@ def test_no_op_off_glibc(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_malloc, "_glibc", lambda: None)
     monkeypatch.setattr(_malloc, "_applied", None)
     assert _malloc.tune_allocator() is False
+
+
+def _tuned_in_worker(spec: str) -> object:
+    """What a WebLoader worker running a decode stage reports as its allocator tuning."""
+    import shardstream as ss
+
+    ds = ss.Dataset(spec).decode().map(lambda sample: {"tuned": _malloc._applied})
+    with ss.WebLoader(ds, num_workers=1, batch_size=None) as loader:
+        return next(iter(loader))["tuned"]
+
+
+@needs_glibc
+@pytest.mark.parametrize(("setting", "tuned"), [(None, True), ("1", True), ("0", False)])
+def test_workers_tune_the_allocator_unless_opted_out(
+    make_shards: object, monkeypatch: pytest.MonkeyPatch, setting: str | None, tuned: bool
+) -> None:
+    spec, _ = make_shards(counts=[4])  # type: ignore[operator]
+    monkeypatch.setattr(_malloc, "_applied", None)  # what a forked worker inherits from this process
+    if setting is None:
+        monkeypatch.delenv("SHARDSTREAM_TUNE_MALLOC", raising=False)
+    else:
+        monkeypatch.setenv("SHARDSTREAM_TUNE_MALLOC", setting)
+    got = _tuned_in_worker(spec)
+    assert (got is not None) == tuned, got

@@ -271,3 +271,37 @@ def test_resampled_shards_are_seeded_and_change_per_epoch(make_shards) -> None:
     assert [d["url"] for d in pipeline] != first  # epoch 1
     ds = wds.WebDataset(spec, resampled=True, seed=3).with_epoch(5)
     assert len(list(ds)) == 5
+
+
+def test_a_stateful_node_that_forgets_state_dict_fails_loudly() -> None:
+    from shardstream.pipeline import IterNode, Node, RunContext, Stage
+
+    class Forgetful(Node):  # keeps a count, but never says so
+        def __init__(self, upstream: Node | None) -> None:
+            super().__init__(upstream)
+            self.count = 0
+            self._it = self._run()
+
+        def _run(self):  # type: ignore[no-untyped-def]
+            assert self.upstream is not None
+            for item in self.upstream:
+                self.count += 1
+                yield item
+
+    class ForgetfulStage(Stage):
+        def build(self, upstream, ctx, state=None):  # type: ignore[no-untyped-def]
+            return Forgetful(upstream)
+
+    class Honest(Forgetful):
+        stateful = False  # declares it: the pipeline counts a replay instead
+
+    node = ForgetfulStage().build(IterNode([1, 2]), RunContext())
+    next(node)
+    with pytest.raises(NotImplementedError, match="Forgetful is stateful but does not implement state_dict"):
+        node.state_dict()
+    assert Honest(IterNode([1])).state_dict() == {}
+    pipeline = wds.DataPipeline(wds.SimpleShardList(["a", "b", "c"]), ForgetfulStage())
+    it = iter(pipeline)
+    next(it)
+    with pytest.raises(NotImplementedError, match="Forgetful"):
+        pipeline.state_dict()

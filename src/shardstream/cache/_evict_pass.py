@@ -16,8 +16,8 @@ import time
 from dataclasses import dataclass
 
 from . import eviction
-from ._layout import Layout
-from ._owner import Owner, remove_quietly
+from .layout import Layout
+from .owner import Owner, remove_quietly
 from .lease import live_leases
 from .lock import LockTiming, ShardLock
 from .stats import CacheStats

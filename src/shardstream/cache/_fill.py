@@ -25,8 +25,8 @@ from ..errors import CacheError, redact_url
 from ..sources import Source
 from . import eviction
 from ._evict_pass import Evictor
-from ._layout import Layout
-from ._owner import Owner, remove_quietly
+from .layout import Layout
+from .owner import Owner, remove_quietly
 from ._tee import Fill, TeeReader
 from .lease import Lease
 from .lock import ShardLock

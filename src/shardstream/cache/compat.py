@@ -20,7 +20,7 @@ from ..errors import CacheError, ConfigurationError, SourceError, redact_url
 from ..handlers import reraise_exception
 from ..sources import open_url, scheme_of
 from ..sources.file import local_path
-from ._owner import Owner, remove_quietly
+from .owner import Owner, remove_quietly
 from .store import ShardCache
 
 __all__ = [

@@ -1,7 +1,7 @@
 """Size limit: least-recently-used eviction as pure functions, plus the directory scan.
 
 :func:`plan_eviction` decides; :func:`scan` reads the disk. Only the cache's own entries (files
-with a metadata record, see ``_layout``) are candidates, so files placed in the directory by
+with a metadata record, see ``layout``) are candidates, so files placed in the directory by
 hand or by other tools, and local source files (never copied into the cache), are never deleted.
 Busy entries (a live reader lease, or a fill lock) are never candidates. The plan removes the
 shortest LRU prefix of idle entries that brings the total under the limit, and nothing more.
@@ -13,8 +13,8 @@ import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from ._layout import BOOK, Layout
-from ._owner import Owner, fs_now, is_alive
+from .layout import BOOK, Layout
+from .owner import Owner, fs_now, is_alive
 from .lease import live_leases
 from .lock import read_lock
 

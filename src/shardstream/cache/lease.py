@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 
 from . import _heartbeat
-from ._owner import Owner, fs_now, is_alive, remove_quietly
+from .owner import Owner, fs_now, is_alive, remove_quietly
 
 __all__ = ["Lease", "live_leases"]
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from ..errors import CacheLockTimeout
 from . import _heartbeat
-from ._owner import Owner, fs_now, is_alive, remove_quietly
+from .owner import Owner, fs_now, is_alive, remove_quietly
 
 __all__ = ["LockInfo", "LockTiming", "ShardLock", "read_lock"]
 

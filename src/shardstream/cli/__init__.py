@@ -1,4 +1,5 @@
-"""The ``shardstream`` command line: bench, demo, ls, cat, stat, write (extra: ``shardstream[cli]``)."""
+"""The ``shardstream`` command line (extra: ``shardstream[cli]``): bench, demo, ls, cat, stat,
+verify, index, cache, write, pack, unpack (``shardstream --help`` lists them with one line each)."""
 
 from __future__ import annotations
 

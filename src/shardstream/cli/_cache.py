@@ -82,12 +82,12 @@ def _walk(top: str) -> list[str]:
 def inventory(root: str, *, stale_after: float = 60.0) -> Inventory:
     """Look at the cache at ``root`` (read-only)."""
     from ..cache import LockTiming, ShardLock
-    from ..cache._hit import read_meta
-    from ..cache._layout import BOOK, Layout
-    from ..cache._owner import Owner, is_alive
     from ..cache.eviction import stale_temps
+    from ..cache.hit import read_meta
+    from ..cache.layout import BOOK, Layout
     from ..cache.lease import live_leases
     from ..cache.lock import read_lock
+    from ..cache.owner import Owner, is_alive
     from ..cache.stats import read_counter_files
     from ._errors import UsageError
 
@@ -255,8 +255,8 @@ def _clean(inv: Inventory, args: argparse.Namespace) -> int:
         heartbeat=min(5.0, args.stale_after / 2),
     )
     from ..cache import ShardLock
-    from ..cache._owner import remove_quietly
     from ..cache.eviction import scan
+    from ..cache.owner import remove_quietly
 
     broken = 0
     for path in inv.stale_locks:  # acquire() breaks a dead owner's lock (and only that), then we let go

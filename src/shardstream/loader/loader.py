@@ -56,7 +56,8 @@ class _WorkerInit:
 
     def __call__(self, worker_id: int) -> None:
         arm(self.stacks)
-        tune_allocator()
+        if read_settings().tune_malloc:  # SHARDSTREAM_TUNE_MALLOC=0 opts out
+            tune_allocator()
         if self.user_fn is not None:
             self.user_fn(worker_id)
 
@@ -76,8 +77,8 @@ class WebLoader(DataLoader, FluidInterface):  # type: ignore[type-arg]
       training loop, restored exactly with the same ``num_workers`` and world, and elastically
       (the same remaining samples, a new order) with another ``num_workers`` or world size with
       the same global batch (see ``loader/_state.py``);
-    * worker processes get a tuned allocator (fewer page faults when decoding images); the
-      main process is left alone;
+    * worker processes get a tuned allocator (fewer page faults when decoding images; opt out
+      with ``SHARDSTREAM_TUNE_MALLOC=0``); the main process is left alone;
     * workers are forked when no other thread runs in this process, and started from
       shardstream's preloaded forkserver otherwise (gloo/NCCL, the user's threads: a forked worker
       could inherit a lock one of them holds); ``multiprocessing_context=`` or

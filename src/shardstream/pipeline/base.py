@@ -80,7 +80,7 @@ class RunContext:
     epoch: int = 0
     world: World = field(default_factory=World)
     seed: int | None = None
-    #: The pipeline's telemetry recorder when telemetry is on (``pipeline/_telemetry.py``).
+    #: The pipeline's telemetry recorder when telemetry is on (:mod:`shardstream.telemetry.recorder`).
     telemetry: Recorder | None = field(default=None, compare=False, repr=False)
 
     @classmethod
@@ -192,8 +192,18 @@ class Node:
         return next(self._it)
 
     def state_dict(self) -> StateDict:
-        """This node's own state after the last item it yielded (upstream nodes save theirs)."""
-        return {}
+        """This node's own state after the last item it yielded (upstream nodes save theirs).
+
+        Every stateful node implements it (``{}`` when it keeps nothing between two items, as a
+        map does); a node that cannot save state says ``stateful = False`` instead. Forgetting
+        both raises here rather than saving nothing and resuming wrong.
+        """
+        if not self.stateful:
+            return {}
+        raise NotImplementedError(
+            f"{type(self).__name__} is stateful but does not implement state_dict(): return its "
+            "state after the last item it yielded ({} when it keeps none), or set stateful = False"
+        )
 
     def item_at(self, token: Any) -> Any:
         """The item whose position ``tell()`` reported as ``token``, produced again."""
@@ -342,6 +352,9 @@ class _MapNode(Node):
         self.fn = stage.function(ctx)
         self.tell = upstream.tell
         self._it = guarded(upstream, self.fn, stage.handler, stage.stats, stage.drop_none)
+
+    def state_dict(self) -> StateDict:
+        return {}  # one item in, one out: nothing is held between two items
 
     def item_at(self, token: Any) -> Any:
         assert self.upstream is not None

@@ -111,6 +111,9 @@ class _BatchNode(Node):
     def _tell(self) -> list[Any]:
         return self.positions
 
+    def state_dict(self) -> StateDict:
+        return {}  # the state is taken between batches: no partial batch is held then
+
     def item_at(self, token: Any) -> Any:
         assert self.upstream is not None
         items = self.upstream.items_at(list(token))

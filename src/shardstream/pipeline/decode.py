@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ..config import read_settings
 from ..handlers import Handler, reraise_exception
 from ..malloc import tune_allocator
 from .base import MapStage, RunContext
@@ -30,10 +31,11 @@ class Decode(MapStage):
         self.handler = handler
 
     def function(self, ctx: RunContext) -> Callable[[Any], Any]:
-        if in_worker():
+        if in_worker() and read_settings().tune_malloc:
             # Decoding allocates a large buffer per image: keep them on the heap (fewer page
             # faults) in DataLoader workers, whatever loader class started them; never in the
             # user's main process (mallopt is process-wide and inherited by later forks).
+            # SHARDSTREAM_TUNE_MALLOC=0 opts out.
             tune_allocator()
         # Decoders with per-epoch randomness (video clips, audio windows) take the run context,
         # so their draws are a pure function of (seed, epoch, sample key) and resume reproduces them.

@@ -5,7 +5,7 @@ samples it had not yet yielded: the rest of the piece or shard it was reading, t
 shards still ahead of it, and the samples waiting in its shuffle buffer (by position: nothing is
 read here). :func:`resplit` collects them over every old worker and deals them to the new
 workers of one rank (:mod:`shardstream.shards.elastic`): each new worker's state makes its
-reading stage read exactly its runs (``pipeline/_units.py``), with the stages after it starting
+reading stage read exactly its runs (``readers/runs.py``), with the stages after it starting
 fresh. The multiset of samples the rest of the epoch yields is the uninterrupted run's; the
 order is new.
 

@@ -91,7 +91,7 @@ def read_span(
     ``node.cursor`` follows the positions; an error goes to ``stage.handler`` (counted in
     ``stage.stats``), and a handler that ends the stream sets ``node.stopped``. The one reading
     loop of the epoch planner and of elastically restored workers. ``opening``: the shard's
-    open started ahead (``pipeline.read.open_ahead``), for ``offset == 0``.
+    open started ahead (``readers.read_shards.open_ahead``), for ``offset == 0``.
     """
     cursor = node.cursor
     cursor.next = offset

@@ -1,7 +1,8 @@
 """The tar format as a shard reader: a shard URL (and a byte offset) in, samples out.
 
-:class:`TarFormat` is what the pipeline's reading stage and the epoch planner plug in (another
-format, such as the single-object dataset, provides the same four methods). It opens shards
+:class:`TarFormat` is what the reading stages (``ReadShards``, ``PlannedSamples``) plug in; another
+shard format would provide the same four methods (single objects are read by their own stage,
+``ObjectSamples``, which needs no per-shard format). It opens shards
 through any :class:`~shardstream.sources.Source` (a cached one included), starts at a sample
 boundary given as a byte offset (resume), and reports where it is through a :class:`Cursor`.
 """

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 
-from ._owner import Owner
+from .owner import Owner
 
 __all__ = ["BOOK", "Layout"]
 

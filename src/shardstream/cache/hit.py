@@ -16,9 +16,9 @@ import os
 from typing import Any
 
 from ..errors import redact_url
-from ._layout import Layout
-from ._owner import remove_quietly
+from .layout import Layout
 from .lease import Lease
+from .owner import remove_quietly
 from .stats import CacheStats
 
 __all__ = ["Corrupt", "LeasedFile", "open_hit", "read_meta", "remove_corrupt"]
