@@ -25,12 +25,9 @@ def _close_cached_sources() -> Iterator[None]:
     """Close the per-process sources a test built (their pools hold sockets to servers that
     may be gone by the next test)."""
     yield
-    from shardstream import sources
+    from shardstream.sources import forget_sources
 
-    with sources._lock:
-        cached = list(sources._instances.values())
-        sources._instances.clear()
-    for source in cached:
+    for source in forget_sources():
         source.close()
 
 

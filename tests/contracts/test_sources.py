@@ -20,7 +20,7 @@ from _servers import HTTPFileServer
 
 from shardstream.cache import CachedSource, ShardCache, cached_source
 from shardstream.errors import ConfigurationError, UnsafeOperationError
-from shardstream.sources import SchemeRouter, Source, local_path_of
+from shardstream.sources import FAILED, OK, ManyGets, Outcome, SchemeRouter, Source, SourceBase, local_path_of
 from shardstream.sources.memory import MemorySource
 
 SIZE = 100_003
@@ -122,6 +122,59 @@ def test_missing_object_raises_not_found_naming_the_url(backend: Backend) -> Non
             with backend.source.open(url) as stream:
                 stream.read()
         assert url in str(info.value)
+
+
+# -- declared capabilities (SourceBase) -------------------------------------------------------------
+
+
+def _get_all(gets: ManyGets, urls: list[str]) -> dict[int, Outcome]:
+    """Every URL's outcome through one session, submitted all at once."""
+    found: dict[int, Outcome] = {}
+    for i, url in enumerate(urls):
+        failed = gets.submit(i, url)
+        if failed is not None:
+            found[failed.token] = failed
+    while len(found) < len(urls):
+        for outcome in gets.wait():
+            found[outcome.token] = outcome
+    return found
+
+
+def test_every_source_declares_its_capabilities(backend: Backend) -> None:
+    source = backend.source
+    assert isinstance(source, SourceBase)
+    url = backend.put(DATA)
+    assert source.size(url) == (SIZE if backend.knows_size else None)
+    pending = source.open_ahead(url)
+    if pending is not None:  # the remote sources open ahead; the others say it is not worth it
+        with pending.result() as stream:
+            assert stream.read() == DATA
+    sink = bytearray(DATA[:1000])  # get_into appends the rest of the object: a resume
+    source.get_into(url, sink)
+    assert sink == DATA
+
+
+@pytest.mark.parametrize("which", ["declared", "default"])
+def test_get_many_delivers_each_object_or_an_error_naming_it(backend: Backend, which: str) -> None:
+    """The source's own ``get_many`` (S3: one thread on epoll) and the default built from
+    ``get_into`` give the same bytes, and a missing object is a final error naming its URL."""
+    source = backend.source
+    assert isinstance(source, SourceBase)
+    objects = [DATA[: 1 + 997 * i] for i in range(6)] + [b""]
+    urls = [backend.put(data) for data in objects] + [backend.missing]
+    gets = source.get_many(window=3) if which == "declared" else SourceBase.get_many(source, window=3)
+    try:
+        for _ in range(2):  # a paused session serves a second run
+            found = _get_all(gets, urls)
+            assert [found[i].kind for i in range(len(objects))] == [OK] * len(objects)
+            assert [found[i].body for i in range(len(objects))] == objects
+            missing = found[len(objects)]
+            assert missing.kind == FAILED and isinstance(missing.error, backend.missing_error)
+            assert backend.missing in str(missing.error)
+            gets.pause()
+    finally:
+        gets.close()
+    assert gets.closed
 
 
 def test_stream_carries_its_local_path(backend: Backend) -> None:

@@ -250,7 +250,7 @@ def test_a_forked_child_adopts_the_parents_s3_source_with_connections_of_its_own
     url = f"s3://{s3_bucket}/fork/one.bin"
     source: Any = get_source(url, opts)
     sink = bytearray()
-    source.get_into(url, sink)  # leaves one idle keep-alive connection in the lean pool
+    source.get_into(url, sink)  # leaves one idle keep-alive connection in the whole-body pool
     client = source._client
     files = get_source("file:///", {})
 
@@ -258,7 +258,7 @@ def test_a_forked_child_adopts_the_parents_s3_source_with_connections_of_its_own
         adopted: Any = get_source(url, opts)
         assert adopted is source  # no second botocore client built in the worker
         assert get_source("file:///", {}) is not files  # sources not declared fork-safe are new
-        assert not source.lean.idle.count() and not source.pool.idle.count()  # the parent's are not ours
+        assert not source.whole.idle.count() and not source.pool.idle.count()  # the parent's are not ours
         got = bytearray()
         source.get_into(url, got)
         assert got == b"x" * 5000

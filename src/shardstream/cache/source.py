@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any, BinaryIO
 
-from ..sources import ObjectInfo, Source, scheme_of
+from ..sources import ObjectInfo, Source, SourceBase, scheme_of
 from .naming import NameFunction
 from .stats import CacheStats
 from .store import ShardCache
@@ -34,7 +34,7 @@ from .store import ShardCache
 __all__ = ["CachedSource", "cached_source"]
 
 
-class CachedSource:
+class CachedSource(SourceBase):
     """A Source that reads remote objects through a :class:`ShardCache` filled from ``inner``.
 
     Streams it opens carry ``local_path`` (the cache entry's path, or the local file's) where the

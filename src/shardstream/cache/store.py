@@ -35,8 +35,7 @@ from typing import Any, BinaryIO, cast
 
 from ..config import read_settings
 from ..errors import CacheError, ConfigurationError, redact_url
-from ..sources import ObjectInfo, SchemeRouter, Source, scheme_of
-from ..sources._range import limit
+from ..sources import ObjectInfo, SchemeRouter, Source, limit, scheme_of
 from ..sources.base import check_range
 from ..sources.file import local_path
 from ._evict_pass import Evictor

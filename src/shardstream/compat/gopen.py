@@ -15,8 +15,16 @@ from typing import Any, BinaryIO
 
 from ..config import read_settings
 from ..errors import ConfigurationError
-from ..sources import _REGISTRY, _instances, _lock, create_url, open_url, register_source, scheme_of
-from ..sources._range import limit
+from ..sources import (
+    create_url,
+    forget_sources,
+    limit,
+    open_url,
+    register_source,
+    registered_schemes,
+    scheme_of,
+    unregister_source,
+)
 from ..sources.base import ObjectInfo
 
 __all__ = ["gopen", "gopen_error", "gopen_schemes", "reader"]
@@ -25,7 +33,6 @@ __all__ = ["gopen", "gopen_error", "gopen_schemes", "reader"]
 Opener = Callable[..., BinaryIO]
 
 _OPENERS: dict[str, Opener] = {}
-_BUILTIN = dict(_REGISTRY)  # restored when a user's opener is deleted
 _TARGET = f"{__name__}:OpenerSource"
 
 
@@ -94,7 +101,7 @@ class _Schemes(MutableMapping[str, Opener]):
             return _OPENERS[scheme]
         if scheme == "__default__":
             return gopen_error
-        if scheme in _REGISTRY:
+        if scheme in registered_schemes():
             return _RegistryOpener(scheme)
         raise KeyError(scheme)
 
@@ -108,33 +115,22 @@ class _Schemes(MutableMapping[str, Opener]):
             )
         _OPENERS[scheme] = opener
         register_source(scheme, _TARGET)
-        _forget(scheme)
+        forget_sources(scheme)  # the next open uses the new entry
 
     def __delitem__(self, scheme: str) -> None:
         if scheme not in _OPENERS:
             raise KeyError(scheme)
         del _OPENERS[scheme]
-        if scheme in _BUILTIN:
-            _REGISTRY[scheme] = _BUILTIN[scheme]
-        else:
-            del _REGISTRY[scheme]
-        _forget(scheme)
+        unregister_source(scheme)  # a built-in scheme gets its own source back
 
     def __iter__(self) -> Iterator[str]:
-        return iter(["__default__", *_REGISTRY])
+        return iter(["__default__", *registered_schemes()])
 
     def __len__(self) -> int:
-        return 1 + len(_REGISTRY)
+        return 1 + len(registered_schemes())
 
     def __repr__(self) -> str:
-        return f"gopen_schemes({sorted(_REGISTRY)}, user openers: {sorted(_OPENERS)})"
-
-
-def _forget(scheme: str) -> None:
-    """Drop this process's shared source instances of ``scheme`` so the next open uses the new entry."""
-    with _lock:
-        for key in [k for k in _instances if k[1] == scheme]:
-            del _instances[key]
+        return f"gopen_schemes({sorted(registered_schemes())}, user openers: {sorted(_OPENERS)})"
 
 
 #: WebDataset's scheme -> opener table (see the module docstring).

@@ -1,11 +1,11 @@
 """One whole object's bytes, with retries, resume and throttling feedback.
 
-For ``s3://`` the fetcher makes every attempt itself (``S3Source.get_into``: one signed GET on
-a pooled connection of the lean client, the whole body in one call), so it sees each 503
-SlowDown and lowers the requests in flight
+A source whose ``get_into`` makes one attempt (``retries_in_get_into = False``: S3, one signed
+GET on a pooled connection, the whole body in one call) gets every attempt made here, so each
+throttling answer (``shardstream.sources.is_throttle``) lowers the requests in flight
 (:class:`~._aimd.Concurrency`); a transfer cut half-way resumes from the bytes it has, with
-``If-Match`` on the first response's ETag. Other schemes (local files, ``http(s)://``, memory)
-go through their source's ``open``, which retries and resumes on its own.
+``If-Match`` on the first response's ETag. Other sources (local files, ``http(s)://``, memory)
+retry and resume inside their own ``get_into``, so it is called once.
 
 Throttling never fails a fetch by itself: throttled attempts do not use up ``retries``; only
 ``throttle_deadline`` seconds of uninterrupted throttling on one object does (default 600 s).
@@ -21,18 +21,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import SourceError, TransientSourceError, redact_url
-from ..sources import get_source
-from ..sources._retry import RetryPolicy
+from ..sources import RetryPolicy, SourceBase, get_source, is_throttle, with_defaults
 from ._aimd import Concurrency
 
-__all__ = ["ObjectGetter", "is_throttle"]
+__all__ = ["ObjectGetter"]
 
 log = logging.getLogger("shardstream.objects")
-
-
-def is_throttle(exc: BaseException) -> bool:
-    """A throttling answer (503 SlowDown, 429 Too Many Requests)."""
-    return isinstance(exc, TransientSourceError) and exc.status in (429, 503)
 
 
 class ObjectGetter:
@@ -63,23 +57,23 @@ class ObjectGetter:
         self.retries = 0
         self.requests = 0
         # (pid, scheme, source) of the last object: get_source costs microseconds per call
-        self._source: tuple[int, str, Any] = (-1, "", None)
+        self._source: tuple[int, str, SourceBase | None] = (-1, "", None)
 
-    def source_for(self, url: str) -> Any:
+    def source_for(self, url: str) -> SourceBase:
         """The source of ``url`` in this process (kept for the next object of the same scheme)."""
         head, sep, _ = url.partition("://")
         scheme = head if sep else ""  # the same for every object, usually ("": a local path)
-        if self._source[:2] != (os.getpid(), scheme):
-            self._source = (os.getpid(), scheme, get_source(url, self.storage_options))
-        return self._source[2]
+        source = self._source[2]
+        if source is None or self._source[:2] != (os.getpid(), scheme):
+            source = with_defaults(get_source(url, self.storage_options))
+            self._source = (os.getpid(), scheme, source)
+        return source
 
     def get(self, url: str, size: int = -1) -> bytes:
         """The bytes of ``url``; raises a SourceError when it cannot be had (or when stopped)."""
         source = self.source_for(url)
-        get_into: Any = getattr(source, "get_into", None)
-        once: Any = getattr(source, "open_once", None)
-        if get_into is None and once is None:
-            return self._plain(source, url)
+        if source.retries_in_get_into:
+            return self._once(source, url)
         buf = bytearray()
         etag: str | None = None
         failures = 0
@@ -91,12 +85,7 @@ class ObjectGetter:
             ok = False
             try:
                 self.requests += 1
-                if get_into is not None:  # the whole body in one call (S3's lean client)
-                    etag = get_into(url, buf, etag=etag)
-                else:
-                    opened = once(url, offset=len(buf), etag=etag)
-                    etag = etag or opened.etag
-                    _read_body(opened, buf, url)
+                etag = source.get_into(url, buf, etag=etag)
                 ok = True
                 return bytes(buf)
             except TransientSourceError as exc:
@@ -137,63 +126,20 @@ class ObjectGetter:
             if self.stop.wait(delay):
                 raise _stopped(url)
 
-    def _plain(self, source: Any, url: str) -> bytes:
+    def _once(self, source: SourceBase, url: str) -> bytes:
+        """One call of a ``get_into`` that retries on its own."""
         if not self.concurrency.acquire(self.stop):
             raise _stopped(url)
         ok = False
         try:
             self.requests += 1
-            with source.open(url) as f:
-                data: bytes = f.read()
+            buf = bytearray()
+            source.get_into(url, buf)
             ok = True
-            return data
+            return bytes(buf)
         finally:
             self.concurrency.release(ok=ok)
 
 
 def _stopped(url: str) -> SourceError:
     return SourceError(f"fetching {redact_url(url)} was stopped (the consumer closed the stream)", url=url)
-
-
-def _read_body(opened: Any, buf: bytearray, url: str) -> None:
-    """Append the body of ``opened`` to ``buf``; a cut or fault is a TransientSourceError with the
-    bytes that arrived kept in ``buf`` (the next attempt resumes there)."""
-    body = opened.body
-    total = opened.size
-    try:
-        if total is not None:
-            start = len(buf)
-            buf.extend(bytes(total - start))
-            view = memoryview(buf)
-            got = start
-            try:
-                while got < total:
-                    n = body.readinto(view[got:])
-                    if not n:
-                        break
-                    got += n
-                if total == start:  # an empty body: complete the response so its connection is reused
-                    body.readinto(memoryview(bytearray(1)))
-            finally:
-                view.release()
-                del buf[got:]
-            if got < total:
-                body.close()
-                raise TransientSourceError(
-                    f"connection to {redact_url(url)} closed at byte {got} of {total}; it is resumed",
-                    url=url,
-                )
-            return
-        chunk = bytearray(1 << 16)
-        while n := body.readinto(memoryview(chunk)):
-            buf += chunk[:n]
-    except SourceError:
-        body.close()
-        raise
-    except Exception as exc:
-        body.close()
-        raise TransientSourceError(
-            f"reading {redact_url(url)} failed at byte {len(buf)}: {type(exc).__name__}: {exc}; "
-            "it is resumed",
-            url=url,
-        ) from exc

@@ -1,5 +1,6 @@
-"""Listing a prefix into a :class:`~.manifest.Manifest`: S3 (paginated, in parallel by
-sub-prefix) and local directories. HTTP has no listing: it needs a manifest.
+"""Finding a prefix's :class:`~.manifest.Manifest` (:func:`load_manifest`), and listing a prefix
+into one: S3 (paginated, in parallel by sub-prefix) and local directories. HTTP has no listing:
+it needs a manifest.
 
 S3 returns at most 1,000 keys per LIST page and pages are sequential, so a flat listing of 10
 million keys is 10,000 round trips one after another. The first request asks with
@@ -10,22 +11,71 @@ sub-prefixes is listed in sequence (its first page is already the delimiter page
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from ..errors import ConfigurationError, ShardNotFoundError, redact_url
 from ..forks import GatedExecutor
 from ..sources import get_source, scheme_of
-from .manifest import MANIFEST_NAME, Manifest
+from .manifest import MANIFEST_NAME, Manifest, _relative, prefix_url, read_manifest_file
 
-__all__ = ["list_prefix"]
+__all__ = ["list_prefix", "load_manifest"]
 
 log = logging.getLogger(__name__)
 
 _PARALLEL_LISTS = 8
 _Row = tuple[str, int, str]
+
+
+def _cache_path(manifest_dir: str, root: str, storage_options: Mapping[str, Any] | None) -> str:
+    endpoint = str((storage_options or {}).get("endpoint_url", ""))
+    digest = hashlib.blake2b(f"{root}\0{endpoint}".encode(), digest_size=10).hexdigest()
+    return os.path.join(manifest_dir, f"{digest}.jsonl")
+
+
+def load_manifest(
+    url: str,
+    manifest: str | Manifest | Iterable[str] | None = None,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    manifest_dir: str | None = None,
+    refresh: bool = False,
+) -> Manifest:
+    """The manifest of prefix ``url`` (see :mod:`.manifest` for the order of sources).
+
+    Args:
+        url: the prefix (``s3://bucket/prefix``, ``https://host/prefix`` or a local directory).
+        manifest: a :class:`Manifest`, a list of keys, or the path/URL of a key list, JSONL or
+            S3 Inventory CSV file.
+        storage_options: options for the sources (endpoint, credentials, ...).
+        manifest_dir: directory where listings are saved and looked up (default: none).
+        refresh: list again even when a saved listing exists.
+    """
+    root = prefix_url(url)
+    if isinstance(manifest, Manifest):
+        return manifest
+    if manifest is not None and not isinstance(manifest, str):
+        return Manifest(root, [_relative(root, k, "the manifest list") for k in manifest])
+    if manifest is not None:
+        return read_manifest_file(manifest, root, storage_options)
+    cached = _cache_path(manifest_dir, root, storage_options) if manifest_dir else None
+    if not refresh:
+        if cached is not None and os.path.exists(cached):
+            log.info("manifest of %s from %s", redact_url(root), cached)
+            return read_manifest_file(cached, root, storage_options)
+        try:
+            found = read_manifest_file(root + MANIFEST_NAME, root, storage_options)
+            log.info("manifest of %s from %s%s", redact_url(root), redact_url(root), MANIFEST_NAME)
+            return found
+        except ShardNotFoundError:
+            pass
+    listed = list_prefix(root, storage_options)
+    if cached is not None:
+        listed.save(cached)
+    return listed
 
 
 def list_prefix(root: str, storage_options: Mapping[str, Any] | None = None) -> Manifest:

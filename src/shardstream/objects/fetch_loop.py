@@ -1,55 +1,55 @@
-"""The fetch-ahead engine for S3 objects on one thread: non-blocking sockets, no thread per request.
+"""The fetch-ahead engine for single objects on one thread, over a source's ``get_many`` session.
 
 Same contract as :class:`~.fetch.FetchAhead` (samples in sampler order, up to ``window`` ahead
 and ``max_bytes`` fetched but not consumed, delivered in order or as they complete, a failed
-sample delivered as its exception), for sources that can hand out signed request bytes
-(``S3Source.get_request``). The consumer's own thread writes each object's GET on a connection of
-the source's lean client and reads the answers that ``epoll`` reports
-(:class:`~shardstream.net.multiplex.LeanMulti`); requests in flight pass the same AIMD gate
-(:class:`~._aimd.Concurrency`) as the threaded path, so a 503 SlowDown halves them.
+sample delivered as its exception). The consumer's own thread submits each object to the
+source's :class:`~shardstream.sources.ManyGets` session and takes the outcomes it reports: for
+S3 that session is one ``epoll`` loop (no thread woken per GET, which is what a window of
+threads pays for; both are measured in ``benchmarks/results/bench_objects.md``), for other
+sources ``get_into`` on threads. The loop never sees a request or a status: only the outcome
+kinds of :mod:`shardstream.sources.many`.
 
-Why: a window of threads pays for waking a thread and handing over the GIL several times per
-GET; at the same window that engine costs 1.4-2.2x this loop's client CPU per sample on our
-runner (``benchmarks/bench_objects.py`` compares both in one process).
-
-Only the plain success (a 2xx with the whole body) is handled in the loop. Every other outcome
-(an error status, a throttle, a cut, a timeout, a chunked answer) sends that one object to
+Requests in flight pass the AIMD gate (:class:`~._aimd.Concurrency`), which stays here rather
+than in the source: it bounds one consumer's window, is shared with the helper threads and the
+map-style path (:class:`~._get.ObjectGetter`), and reacts to an outcome kind (``THROTTLED``
+halves it), not to a status. An ``OK`` outcome completes its object here; ``FAILED`` is
+delivered in the sample's place; ``THROTTLED`` and ``RETRY`` send that one object to
 :meth:`ObjectGetter.get <._get.ObjectGetter.get>` on a small pool of helper threads, which
-retries, resumes, backs off and raises the clear error exactly as the threaded path does; so
-faults keep one set of rules, and the common case pays for none of them.
+retries, resumes, backs off and raises the clear error exactly as the blocking path does, so
+faults keep one set of rules and the common case pays for none of them.
 
-Gathering answers: under load, every wake-up of this thread costs a context switch and a pass of
-the loop, and with ``epoll`` reporting answers as they land, a DataLoader worker woke about once
-per 1.3 answers. So while many requests are in flight (:data:`GATHER_MIN` or more), the loop
-sleeps briefly before it waits, and one wake-up then collects what arrived meanwhile (and sends
-their successors together, which the server handles more cheaply too). The pause is a share of
-the measured request latency (:data:`GATHER_SHARE`, at most :data:`GATHER_MAX`): a request that
-completes during it waits half of it on average, at most about 6% of its latency, which is all a
-stream bound by latency rather than CPU can lose (a window of 34 instead of 32 makes up for it).
-On our 2-core runner, where client and server share the CPU, the 2-worker stream spent about 15%
-less client CPU and up to 10% less server CPU per sample, and ran 1.05-1.13x faster
-(``benchmarks/bench_objects.py`` runs it with and without; shares of 1/16 to 1/4 and caps of 1-4
-ms were compared, alternating in one process).
+Gathering: under load every wake-up of this thread costs a context switch and a pass of the
+loop, and the session reports answers as they land. So while many requests are in flight
+(:data:`GATHER_MIN` or more) the loop pauses briefly before it waits, and one wake-up then
+collects what arrived meanwhile (and sends their successors together, which the server handles
+more cheaply too). The pause is a share of the measured request latency (:data:`GATHER_SHARE`)
+and at most ``FetchRun.gather`` seconds (:data:`DEFAULT_GATHER`; 0 turns it off): a request that
+completes during it waits half of it on average, a few percent of its latency, which a stream
+bound by latency rather than CPU makes up with a slightly larger window. The benchmark runs the
+stream with and without it.
 
-Stopping: closing the iterator sets the stop event (helper backoffs end), closes the connections
-of requests in flight, gives idle ones back to the pool and joins the helper threads.
+Stopping: closing the iterator sets the stop event (helper backoffs end), closes the session
+(requests in flight are dropped, connections closed) and joins the helper threads; a run that
+ends normally pauses the session instead, keeping its connections for the next run.
 """
 
 from __future__ import annotations
 
 import collections
 import queue
+import threading
 import time
 from collections.abc import Generator, Iterable
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 from ..forks import GatedExecutor
-from ..net.multiplex import borrow
+from ..sources import FAILED, OK, THROTTLED, ManyGets, Outcome
+from ._aimd import Concurrency
+from ._get import ObjectGetter
+from .samples import SampleTable
 
-if TYPE_CHECKING:
-    from .reader import ObjectReader
-
-__all__ = ["loop_fetch"]
+__all__ = ["DEFAULT_GATHER", "FetchRun", "loop_fetch"]
 
 #: Helper threads for objects that need the blocking path (errors, throttling, odd answers).
 HELPERS = 4
@@ -57,8 +57,33 @@ HELPERS = 4
 GATHER_MIN = 8
 #: ... for this share of the average request latency ...
 GATHER_SHARE = 1 / 8
-#: ... and at most this long (seconds).
-GATHER_MAX = 0.002
+#: ... and at most this long (seconds), unless ``FetchRun.gather`` says otherwise.
+DEFAULT_GATHER = 0.002
+
+
+@dataclass(frozen=True)
+class FetchRun:
+    """What one run of :func:`loop_fetch` fetches, and within which bounds.
+
+    Attributes:
+        table: the samples and their objects.
+        getter: the blocking path for faults (retries, resume, backoff).
+        gate: requests in flight, shared with ``getter`` (AIMD on throttling).
+        stop: set when the consumer stops: helper backoffs end.
+        window: samples fetched ahead at most.
+        max_bytes: bytes fetched ahead and not consumed at most (one sample always allowed).
+        ordered: deliver in sampler order, or as samples complete.
+        gather: the longest pause before a wait under load, in seconds (0: none).
+    """
+
+    table: SampleTable
+    getter: ObjectGetter
+    gate: Concurrency
+    stop: threading.Event
+    window: int
+    max_bytes: int
+    ordered: bool = True
+    gather: float = DEFAULT_GATHER
 
 
 class _Sample:
@@ -73,22 +98,22 @@ class _Sample:
 
 
 def loop_fetch(
-    reader: ObjectReader, source: Any, indices: Iterable[int]
+    run: FetchRun, gets: ManyGets, indices: Iterable[int]
 ) -> Generator[tuple[int, dict[str, Any] | BaseException], None, None]:
-    """``(i, sample or error)`` for ``indices``, fetched ahead on this thread (see the module doc)."""
-    table = reader.table
+    """``(i, sample or error)`` for ``indices``, fetched ahead on this thread through ``gets``
+    (see the module doc); ``gets`` is paused at the end of the run, or closed when it stops early."""
+    table = run.table
     manifest = table.manifest
     root, keys, sizes = manifest.root, manifest.keys, manifest.sizes
     fields, names = table.fields, table.keys
-    getter, gate, stop = reader.getter, reader.concurrency, reader._stop
-    window, max_bytes, ordered = reader.window, reader.max_bytes, reader.ordered
+    getter, gate, stop = run.getter, run.gate, run.stop
+    window, max_bytes, ordered = run.window, run.max_bytes, run.ordered
     nbytes = table.nbytes
-    gather = reader.gather
+    gather = run.gather
     latency = 0.0  # moving average of a request's time to its whole answer (seconds)
     sleep, monotonic = time.sleep, time.monotonic
 
     stop.clear()
-    multi = borrow(source.lean)  # the loop parked by the last call, with its connections
     helped: queue.SimpleQueue[tuple[_Sample, str, Any, BaseException | None]] = queue.SimpleQueue()
     helpers: GatedExecutor | None = None
     waiting: collections.deque[tuple[_Sample, str, int]] = collections.deque()  # objects not sent
@@ -97,7 +122,7 @@ def loop_fetch(
     todo = iter(indices)
     exhausted = False
     count = held = 0  # samples taken and not delivered; their bytes
-    fast = 0  # requests in flight in the loop (each holds a slot of the gate)
+    fast = 0  # requests in flight in the session (each holds a slot of the gate)
     finished = False
 
     def help_with(record: _Sample, ext: str, j: int) -> None:
@@ -108,7 +133,7 @@ def loop_fetch(
                 helped.put((record, ext, None, exc))
             else:
                 helped.put((record, ext, result, None))
-            multi.wake()
+            gets.wake()
 
         nonlocal helpers
         if helpers is None:
@@ -124,6 +149,18 @@ def loop_fetch(
         record.left -= 1
         if not record.left and not ordered:
             ready.append(record)
+
+    def fault(outcome: Outcome) -> None:
+        """An outcome that is not OK: deliver a final error, retry anything else on a helper."""
+        record, ext, j = outcome.token
+        gate.release(ok=False)
+        if outcome.kind == FAILED:
+            finish(record, ext, None, outcome.error)
+            return
+        if outcome.kind == THROTTLED:
+            gate.throttled()
+        getter.retries += 1
+        help_with(record, ext, j)
 
     try:
         while True:
@@ -144,19 +181,12 @@ def loop_fetch(
             # send what the gate lets through
             while waiting and gate.try_acquire():
                 record, ext, j = waiting.popleft()
-                try:
-                    address, request = source.get_request(root + keys[j])
-                except Exception:  # (a bad key or credentials): the blocking path raises it clearly
-                    gate.release(ok=False)
-                    help_with(record, ext, j)
-                    continue
                 getter.requests += 1
-                failed = multi.submit((record, ext, j), address, request)
-                fast += 1
-                if failed is not None:
-                    fast -= 1
-                    gate.release(ok=False)
-                    help_with(record, ext, j)
+                failed = gets.submit((record, ext, j), root + keys[j])
+                if failed is None:
+                    fast += 1
+                else:
+                    fault(failed)
             # deliver what is complete
             if ordered:
                 while pending and not pending[0].left:
@@ -177,24 +207,18 @@ def loop_fetch(
                 continue  # all delivered: take the next samples before waiting
             # wait for answers (or a helper's result), gathering them under load (module doc)
             if gather and fast >= GATHER_MIN and latency:
-                sleep(min(GATHER_MAX, latency * GATHER_SHARE))
-            answers = multi.wait(None)
+                sleep(min(gather, latency * GATHER_SHARE))
+            outcomes = gets.wait()
             now = monotonic()
-            for answer in answers:
+            for outcome in outcomes:
                 fast -= 1
-                record, ext, j = answer.token
-                status = answer.status
-                if answer.error is None and 200 <= status < 300:
-                    latency += (now - answer.sent - latency) * 0.05
+                if outcome.kind == OK:
+                    latency += (now - outcome.started - latency) * 0.05
                     gate.release(ok=True)
-                    finish(record, ext, answer.body, None)
-                    continue
-                gate.release(ok=False)
-                if status in (429, 503):
-                    gate.throttled()
-                if answer.error is not None or status >= 500 or status in (408, 429):
-                    getter.retries += 1
-                help_with(record, ext, j)
+                    record, ext, _ = outcome.token
+                    finish(record, ext, outcome.body, None)
+                else:
+                    fault(outcome)
             while True:
                 try:
                     record, ext, body, error = helped.get_nowait()
@@ -204,12 +228,12 @@ def loop_fetch(
     finally:
         if not finished:  # stopped early: helpers' backoffs end, requests not started are dropped
             stop.set()
-        if helpers is not None:  # (before the loop closes: a helper's last act is a wake)
+        if helpers is not None:  # (before the session closes: a helper's last act is a wake)
             helpers.shutdown(wait=True, cancel_futures=True)
         if finished:
-            multi.park()  # for the next call (a DataLoader batch of a map-style dataset)
+            gets.pause()  # for the next run (a DataLoader batch of a map-style dataset)
         else:
-            multi.close()
+            gets.close()
         for _ in range(fast):
             gate.release(ok=False)
         if not finished:

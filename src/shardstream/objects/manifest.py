@@ -2,7 +2,7 @@
 
 A :class:`Manifest` is built once, in the process that creates the dataset, and travels to
 DataLoader workers and ranks by pickling, so no worker and no epoch lists the prefix again.
-:func:`load_manifest` decides where it comes from, cheapest first:
+:func:`~._listing.load_manifest` decides where it comes from, cheapest first:
 
 1. a user manifest (``manifest=`` a path or URL): a text file of keys (one per line, relative
    to the prefix or full URLs under it), JSONL (``{"key": ..., "size": ..., "etag": ...}`` per
@@ -11,7 +11,7 @@ DataLoader workers and ranks by pickling, so no worker and no epoch lists the pr
 2. a saved listing in ``manifest_dir`` (keyed by the prefix URL), written by an earlier listing.
 3. ``_manifest.jsonl`` beside the data (one GET; written by ``shardstream pack``/``unpack`` and
    by ``Manifest.save(beside_data=True)``).
-4. a listing (:mod:`._listing`: S3 LIST paginated and in parallel by sub-prefix; a local walk),
+4. a listing (:func:`~._listing.list_prefix`: S3 LIST paginated and in parallel by sub-prefix; a local walk),
    then saved to ``manifest_dir`` when one is set.
 """
 
@@ -19,20 +19,19 @@ from __future__ import annotations
 
 import csv
 import gzip
-import hashlib
 import io
 import json
 import logging
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
-from ..errors import ConfigurationError, ShardNotFoundError, redact_url
+from ..errors import ConfigurationError, redact_url
 from ..sources import create_url, open_url, scheme_of
 
-__all__ = ["MANIFEST_NAME", "Manifest", "load_manifest", "prefix_url"]
+__all__ = ["MANIFEST_NAME", "Manifest", "prefix_url", "read_manifest_file"]
 
 log = logging.getLogger(__name__)
 
@@ -116,56 +115,6 @@ class Manifest:
             with create_url(location, storage_options=storage_options) as f:
                 f.write(data)
         return location
-
-
-def _cache_path(manifest_dir: str, root: str, storage_options: Mapping[str, Any] | None) -> str:
-    endpoint = str((storage_options or {}).get("endpoint_url", ""))
-    digest = hashlib.blake2b(f"{root}\0{endpoint}".encode(), digest_size=10).hexdigest()
-    return os.path.join(manifest_dir, f"{digest}.jsonl")
-
-
-def load_manifest(
-    url: str,
-    manifest: str | Manifest | Iterable[str] | None = None,
-    *,
-    storage_options: Mapping[str, Any] | None = None,
-    manifest_dir: str | None = None,
-    refresh: bool = False,
-) -> Manifest:
-    """The manifest of prefix ``url`` (see the module docstring for the order of sources).
-
-    Args:
-        url: the prefix (``s3://bucket/prefix``, ``https://host/prefix`` or a local directory).
-        manifest: a :class:`Manifest`, a list of keys, or the path/URL of a key list, JSONL or
-            S3 Inventory CSV file.
-        storage_options: options for the sources (endpoint, credentials, ...).
-        manifest_dir: directory where listings are saved and looked up (default: none).
-        refresh: list again even when a saved listing exists.
-    """
-    root = prefix_url(url)
-    if isinstance(manifest, Manifest):
-        return manifest
-    if manifest is not None and not isinstance(manifest, str):
-        return Manifest(root, [_relative(root, k, "the manifest list") for k in manifest])
-    if manifest is not None:
-        return read_manifest_file(manifest, root, storage_options)
-    cached = _cache_path(manifest_dir, root, storage_options) if manifest_dir else None
-    if not refresh:
-        if cached is not None and os.path.exists(cached):
-            log.info("manifest of %s from %s", redact_url(root), cached)
-            return read_manifest_file(cached, root, storage_options)
-        try:
-            found = read_manifest_file(root + MANIFEST_NAME, root, storage_options)
-            log.info("manifest of %s from %s%s", redact_url(root), redact_url(root), MANIFEST_NAME)
-            return found
-        except ShardNotFoundError:
-            pass
-    from ._listing import list_prefix
-
-    listed = list_prefix(root, storage_options)
-    if cached is not None:
-        listed.save(cached)
-    return listed
 
 
 def _relative(root: str, key: str, where: str) -> str:

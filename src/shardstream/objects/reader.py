@@ -14,12 +14,11 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from ..errors import ConfigurationError
-from ..forks import GatedExecutor
-from ..net.multiplex import AVAILABLE as LOOP_AVAILABLE
+from ..sources import ManyGets
 from ._aimd import Concurrency
 from ._get import ObjectGetter
-from .fetch import DEFAULT_MAX_BYTES, DEFAULT_WINDOW, FetchAhead
-from .fetch_loop import loop_fetch
+from .fetch import DEFAULT_MAX_BYTES, DEFAULT_WINDOW
+from .fetch_loop import DEFAULT_GATHER, FetchRun, loop_fetch
 from .samples import SampleTable
 
 __all__ = ["ObjectReader"]
@@ -34,11 +33,14 @@ class ObjectReader:
         window: requests in flight per process at most (default 32).
         max_bytes: bytes fetched ahead and not yet consumed, at most (default 256 MiB).
         ordered: deliver a stream in order (default) or as samples complete.
-        loop: fetch S3 objects on the consuming thread's epoll loop (default, on Linux) rather
-            than on a thread per request in flight (see :mod:`.fetch_loop`).
-        gather: let that loop gather answers briefly before it waits, while many requests are in
-            flight (default; fewer wake-ups, less CPU per sample under load, see
-            :mod:`.fetch_loop`).
+        gather: the longest pause, in seconds, that the fetch loop takes before it waits for
+            answers while many requests are in flight, so that one wake-up collects several
+            (fewer wake-ups and less CPU per sample under load, at a few percent of a request's
+            latency; see :mod:`.fetch_loop`). ``None`` (default): 0.002; ``0``: no pause.
+
+    Objects are fetched through the source's ``get_many`` session (for S3 one ``epoll`` loop on
+    the consuming thread, for other sources threads), in a window of requests in flight that
+    halves when the store throttles and grows back as requests succeed.
     """
 
     def __init__(
@@ -49,18 +51,21 @@ class ObjectReader:
         window: int = DEFAULT_WINDOW,
         max_bytes: int = DEFAULT_MAX_BYTES,
         ordered: bool = True,
-        loop: bool = True,
-        gather: bool = True,
+        gather: float | None = None,
     ) -> None:
         if window < 1:
             raise ConfigurationError(f"window={window}: need at least 1 request in flight")
+        if gather is not None and not gather >= 0:
+            raise ConfigurationError(
+                f"gather={gather!r}: use a pause in seconds >= 0 (0 turns gathering off, None is the "
+                f"default of {DEFAULT_GATHER} s)"
+            )
         self.table = table
         self.storage_options = dict(storage_options or {})
         self.window = window
         self.max_bytes = max_bytes
         self.ordered = ordered
-        self.loop = loop
-        self.gather = gather
+        self.gather = DEFAULT_GATHER if gather is None else float(gather)
         self._reset()
 
     def _reset(self) -> None:
@@ -68,11 +73,11 @@ class ObjectReader:
         self._stop = threading.Event()
         self.concurrency = Concurrency(self.window)
         self.getter = ObjectGetter(self.storage_options, self.concurrency, self._stop)
-        self._pool: GatedExecutor | None = None
+        self._gets: ManyGets | None = None  # the source's session, kept between runs
         self._lock = threading.Lock()
 
     def __getstate__(self) -> dict[str, Any]:
-        keep = ("table", "storage_options", "window", "max_bytes", "ordered", "loop", "gather")
+        keep = ("table", "storage_options", "window", "max_bytes", "ordered", "gather")
         return {k: self.__dict__[k] for k in keep}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -105,12 +110,8 @@ class ObjectReader:
         self._here()
         if len(indices) <= 1:
             return [self._try(i) for i in indices]
-        if self._loop_source() is not None:
-            got = dict(self.stream(indices))
-            return [got[i] for i in indices]
-        pool = self._threads()
-        self._stop.clear()
-        return list(pool.map(self._try, indices))
+        got = dict(self.stream(indices))
+        return [got[i] for i in indices]
 
     def _try(self, i: int) -> dict[str, Any] | BaseException:
         try:
@@ -118,38 +119,34 @@ class ObjectReader:
         except Exception as exc:
             return exc
 
-    def _threads(self) -> GatedExecutor:
-        with self._lock:
-            if self._pool is None:
-                self._pool = GatedExecutor(self.window, thread_name_prefix="shardstream-batch")
-            return self._pool
-
     def stream(self, indices: Iterable[int]) -> Iterator[tuple[int, dict[str, Any] | BaseException]]:
-        """``(i, sample or error)`` for ``indices``, fetched ahead (see :class:`FetchAhead`)."""
+        """``(i, sample or error)`` for ``indices``, fetched ahead (see :mod:`.fetch_loop`)."""
         self._here()
-        source = self._loop_source()
-        if source is not None:  # S3: one thread on epoll (see fetch_loop)
-            return loop_fetch(self, source, indices)
-        engine: FetchAhead[int, dict[str, Any]] = FetchAhead(
-            self.sample,
-            window=self.window,
-            max_bytes=self.max_bytes,
-            nbytes=self.table.nbytes,
-            ordered=self.ordered,
-            stop=self._stop,
+        run = FetchRun(
+            self.table,
+            self.getter,
+            self.concurrency,
+            self._stop,
+            self.window,
+            self.max_bytes,
+            self.ordered,
+            self.gather,
         )
-        return engine.run(indices)
+        return loop_fetch(run, self._session(), indices)
 
-    def _loop_source(self) -> Any:
-        """The source, when its objects can be fetched by the epoll loop; else None."""
-        if not LOOP_AVAILABLE or not self.loop:
-            return None
-        source = self.getter.source_for(self.table.manifest.root)
-        return source if hasattr(source, "get_request") else None
+    def _session(self) -> ManyGets:
+        """The source's ``get_many`` session: the one kept from the last run, unless it was closed."""
+        with self._lock:
+            gets = self._gets
+            if gets is None or gets.closed:
+                source = self.getter.source_for(self.table.manifest.root)
+                gets = self._gets = source.get_many(window=self.window)
+            return gets
 
     def close(self) -> None:
-        """Stop the batch threads of this process (a later call starts them again)."""
+        """Close the fetch session of this process (its threads and connections; a later call
+        opens another)."""
         with self._lock:
-            pool, self._pool = self._pool, None
-        if pool is not None and self._pid == os.getpid():
-            pool.shutdown(wait=True, cancel_futures=True)
+            gets, self._gets = self._gets, None
+        if gets is not None and self._pid == os.getpid():
+            gets.close()

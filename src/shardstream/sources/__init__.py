@@ -10,35 +10,54 @@ accepts raises ConfigurationError. Fork safety of our threads and locks: see ``s
 
 from __future__ import annotations
 
-# The registry table, instance cache and lock are re-exported (``x as x``) for other modules and tests.
-from ._registry import _REGISTRY as _REGISTRY
-from ._registry import _instances as _instances
-from ._registry import _lock as _lock
 from ._registry import (
+    check_pipe,
     check_storage_options,
     create_url,
+    forget_sources,
     get_source,
     open_url,
     register_source,
+    registered_schemes,
     scheme_of,
     source_options,
     stat_url,
+    unregister_source,
 )
+from ._retry import RetryPolicy
 from ._router import SchemeRouter
-from .base import ObjectInfo, Source, WritableSource, local_path_of
+from ._status import is_throttle
+from .base import ObjectInfo, Source, SourceBase, WritableSource, local_path_of, with_defaults
+from .many import FAILED, OK, RETRY, THROTTLED, ManyGets, Outcome
+from .ranges import limit
 
 __all__ = [
+    "FAILED",
+    "OK",
+    "RETRY",
+    "THROTTLED",
+    "ManyGets",
     "ObjectInfo",
+    "Outcome",
+    "RetryPolicy",
     "SchemeRouter",
     "Source",
+    "SourceBase",
     "WritableSource",
+    "check_pipe",
     "check_storage_options",
     "create_url",
+    "forget_sources",
     "get_source",
+    "is_throttle",
+    "limit",
     "local_path_of",
     "open_url",
     "register_source",
+    "registered_schemes",
     "scheme_of",
     "source_options",
     "stat_url",
+    "unregister_source",
+    "with_defaults",
 ]

@@ -25,19 +25,22 @@ from typing import Any, BinaryIO
 
 from ..errors import ConfigurationError, UnsafeOperationError, redact_url
 from ..forks import ForkSafeLock
-from .base import ObjectInfo, Source, WritableSource
+from .base import ObjectInfo, Source, SourceBase, WritableSource
 
 __all__ = [
     "check_pipe",
     "check_storage_options",
     "create_url",
+    "forget_sources",
     "get_source",
     "open_url",
     "options_for",
     "register_source",
+    "registered_schemes",
     "scheme_of",
     "source_options",
     "stat_url",
+    "unregister_source",
 ]
 
 # scheme -> ("module:Class", extra to install or None)
@@ -49,6 +52,7 @@ _REGISTRY: dict[str, tuple[str, str | None]] = {
     "s3": ("shardstream.sources.s3:S3Source", "s3"),
     "pipe": ("shardstream.sources.pipe:PipeSource", None),
 }
+_BUILTIN = dict(_REGISTRY)  # restored by unregister_source
 _instances: dict[tuple[int, str, str], Source] = {}
 _lock = ForkSafeLock()  # a forked child gets it unlocked even if a parent thread held it
 _SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*):")
@@ -59,6 +63,29 @@ def register_source(scheme: str, target: str | type, *, extra: str | None = None
     if isinstance(target, type):
         target = f"{target.__module__}:{target.__qualname__}"
     _REGISTRY[scheme] = (target, extra)
+
+
+def unregister_source(scheme: str) -> None:
+    """Undo :func:`register_source` for ``scheme``: a built-in scheme gets its own source back,
+    another one is no longer known; this process's instances of it are dropped."""
+    if scheme in _BUILTIN:
+        _REGISTRY[scheme] = _BUILTIN[scheme]
+    else:
+        _REGISTRY.pop(scheme, None)
+    forget_sources(scheme)
+
+
+def registered_schemes() -> list[str]:
+    """The schemes with a source, in the order they were registered (built-ins first)."""
+    return list(_REGISTRY)
+
+
+def forget_sources(scheme: str | None = None) -> list[Source]:
+    """Drop the shared source instances (of ``scheme``, or all), so the next use builds new ones;
+    returns them (the caller may close them)."""
+    with _lock:
+        keys = [k for k in _instances if scheme is None or k[1] == scheme]
+        return [_instances.pop(k) for k in keys]
 
 
 def scheme_of(url: str) -> str:
@@ -205,11 +232,16 @@ def get_source(url_or_scheme: str, storage_options: Mapping[str, Any] | None = N
             inherited = [
                 s
                 for (other, sch, opts), s in _instances.items()
-                if other != pid and sch == scheme and opts == options_key and getattr(s, "fork_safe", False)
+                if other != pid and sch == scheme and opts == options_key and _fork_safe(s)
             ]
             source = inherited[0] if inherited else _load(scheme)(**options)
             _instances[key] = source
     return source
+
+
+def _fork_safe(source: Source) -> bool:
+    """Whether a forked child may use ``source`` (declared by ``SourceBase.fork_safe``)."""
+    return isinstance(source, SourceBase) and source.fork_safe
 
 
 def check_pipe(url: str, allow_pipe: bool) -> None:

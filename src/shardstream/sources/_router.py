@@ -13,7 +13,7 @@ from typing import Any, BinaryIO
 from ..errors import ConfigurationError, redact_url
 from ._ahead import PendingOpen
 from ._registry import _check_known, check_pipe, check_storage_options, get_source, scheme_of
-from .base import ObjectInfo, Source, WritableSource
+from .base import ObjectInfo, Source, SourceBase, WritableSource
 
 __all__ = ["REMOTE_SCHEMES", "SchemeRouter"]
 
@@ -21,7 +21,7 @@ __all__ = ["REMOTE_SCHEMES", "SchemeRouter"]
 REMOTE_SCHEMES = frozenset({"s3", "http", "https"})
 
 
-class SchemeRouter:
+class SchemeRouter(SourceBase):
     """Opens any registered URL scheme through the shared per-process sources.
 
     Args:
@@ -71,13 +71,13 @@ class SchemeRouter:
             return source.open(url, offset=offset)
         return source.open(url, offset=offset, length=length)
 
-    def open_ahead(self, url: str) -> PendingOpen | None:
-        """Start opening all of ``url`` in a thread now (see :mod:`._ahead`), for ``s3://`` and
+    def open_ahead(self, url: str, *, offset: int = 0, length: int | None = None) -> PendingOpen | None:
+        """Start opening ``url`` in a thread now (see :mod:`._ahead`), for ``s3://`` and
         ``http(s)://`` URLs, whose open waits for a round trip; ``None`` for other schemes (a
         local file opens in microseconds; a ``pipe:`` command is started only when read)."""
         if scheme_of(url) not in REMOTE_SCHEMES:
             return None
-        return PendingOpen(lambda: self.source_for(url).open(url))
+        return PendingOpen(lambda: self.open(url, offset=offset, length=length))
 
     def stat(self, url: str) -> ObjectInfo:
         """Size and version of ``url``."""

@@ -7,16 +7,31 @@ client directly and maps failures with the source's ``translate``.
 from __future__ import annotations
 
 import io
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from ..errors import redact_url
+from ..errors import SourceError, redact_url
 
-if TYPE_CHECKING:
-    from .s3 import S3Source
-
-__all__ = ["S3Writer"]
+__all__ = ["S3Writer", "UploadTarget"]
 
 _Bytes = bytes | bytearray | memoryview
+
+
+class UploadTarget(Protocol):
+    """What an :class:`S3Writer` needs of its source (an :class:`~.s3.S3Source`)."""
+
+    @property
+    def client(self) -> Any:
+        """The botocore client."""
+        ...
+
+    @property
+    def part_size(self) -> int:
+        """Bytes per uploaded part."""
+        ...
+
+    def translate(self, exc: BaseException, url: str, action: str = "open") -> SourceError:
+        """The shardstream error for a botocore or network exception."""
+        ...
 
 
 class S3Writer(io.RawIOBase):
@@ -27,7 +42,7 @@ class S3Writer(io.RawIOBase):
     aborts the upload, so no partial object ever becomes visible.
     """
 
-    def __init__(self, source: S3Source, url: str, bucket: str, key: str) -> None:
+    def __init__(self, source: UploadTarget, url: str, bucket: str, key: str) -> None:
         super().__init__()
         self._source = source
         self.url = url

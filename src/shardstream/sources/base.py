@@ -1,13 +1,42 @@
-"""The Source seam: one object per URL scheme that opens a URL (or a byte range of it) as a stream."""
+"""The Source seam: one object per URL scheme that opens a URL (or a byte range of it) as a stream.
+
+:class:`Source` is the Protocol of what every source must do (``open``, ``stat``, ``close``).
+:class:`SourceBase` adds the optional capabilities with defaults built from those, as fsspec's
+``AsyncFileSystem._cat`` is built from ``_cat_file``; a source overrides what it does better:
+
+- ``open_ahead(url)``: start opening before the stream is needed (default: ``None``, not worth
+  it; the ``s3://`` and ``http(s)://`` sources start the open on a thread).
+- ``size(url)``: the object's length (default: from ``stat``).
+- ``get_into(url, sink)``: a whole object appended to a buffer (default: from ``open``); the
+  class attribute ``retries_in_get_into`` says whether it retries on its own.
+- ``get_many(window=)``: many whole objects in flight for one consumer, with typed outcomes
+  (:mod:`.many`; default: ``get_into`` on threads; S3: one thread on ``epoll``).
+
+Every built-in source derives from :class:`SourceBase`; a user's source that only satisfies
+:class:`Source` gets the defaults through :func:`with_defaults`. Nothing probes a source with
+``hasattr``.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import BinaryIO, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, BinaryIO, ClassVar, Protocol, runtime_checkable
 
 from ..errors import ConfigurationError, redact_url
+from .many import ManyGets, ThreadedGets
 
-__all__ = ["ObjectInfo", "Source", "WritableSource", "check_range", "local_path_of"]
+if TYPE_CHECKING:
+    from ._ahead import PendingOpen
+
+__all__ = [
+    "ObjectInfo",
+    "Source",
+    "SourceBase",
+    "WritableSource",
+    "check_range",
+    "local_path_of",
+    "with_defaults",
+]
 
 
 @dataclass(frozen=True)
@@ -54,6 +83,81 @@ class Source(Protocol):
     def close(self) -> None:
         """Release pools and clients. The source may not be used afterwards."""
         ...
+
+
+class SourceBase:
+    """A :class:`Source` with the optional capabilities declared, and defaults for them.
+
+    Subclasses implement ``open`` and ``stat`` (and ``close`` when they hold resources) and
+    override a capability when they can do better than its default (see the module doc).
+    """
+
+    #: Whether ``get_into`` retries transient faults itself (the default, built on ``open``,
+    #: does when ``open`` does). ``False``: it makes one attempt and leaves retries to the
+    #: caller, so that a fetcher can lower its requests in flight on throttling (S3).
+    retries_in_get_into: ClassVar[bool] = True
+    #: Whether a forked child may use this instance (its pools forget the parent's connections
+    #: at the fork and it rebuilds what else it holds on first use); ``get_source`` then adopts
+    #: the parent's instance instead of building one per process.
+    fork_safe: ClassVar[bool] = False
+
+    def open(self, url: str, *, offset: int = 0, length: int | None = None) -> BinaryIO:
+        """Open bytes ``[offset, offset + length)`` of ``url`` (see :class:`Source`)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement open()")
+
+    def stat(self, url: str) -> ObjectInfo:
+        """Size and version of ``url`` (see :class:`Source`)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement stat()")
+
+    def close(self) -> None:
+        """Release pools and clients (default: nothing to release)."""
+
+    def open_ahead(self, url: str, *, offset: int = 0, length: int | None = None) -> PendingOpen | None:
+        """Start opening ``url`` now, for a stream needed later; ``None`` when the open is cheap
+        (the default): the caller then opens when it needs the stream."""
+        return None
+
+    def size(self, url: str) -> int | None:
+        """Length of ``url`` in bytes (``None`` when the source cannot tell)."""
+        return self.stat(url).size
+
+    def get_into(self, url: str, sink: bytearray, *, etag: str | None = None) -> str | None:
+        """Append the whole object ``url`` to ``sink``, after the bytes already there (a resume);
+        returns the object's version tag when known. Raises a SourceError naming ``url``."""
+        with self.open(url, offset=len(sink)) as stream:
+            sink += stream.read()
+        return etag
+
+    def get_many(self, *, window: int) -> ManyGets:
+        """A session of up to ``window`` whole-object GETs in flight (see :mod:`.many`)."""
+        return ThreadedGets(self.get_into, window=window, retries_itself=self.retries_in_get_into)
+
+
+class _WithDefaults(SourceBase):
+    """A :class:`Source` that does not derive from :class:`SourceBase`, with the defaults added."""
+
+    def __init__(self, inner: Source) -> None:
+        self.inner = inner
+
+    def __repr__(self) -> str:
+        return f"with_defaults({self.inner!r})"
+
+    def open(self, url: str, *, offset: int = 0, length: int | None = None) -> BinaryIO:
+        if length is None:  # sources registered by users may predate ranged reads
+            return self.inner.open(url, offset=offset)
+        return self.inner.open(url, offset=offset, length=length)
+
+    def stat(self, url: str) -> ObjectInfo:
+        return self.inner.stat(url)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def with_defaults(source: Source) -> SourceBase:
+    """``source`` with every optional capability: itself when it derives from :class:`SourceBase`,
+    else a wrapper that adds the defaults."""
+    return source if isinstance(source, SourceBase) else _WithDefaults(source)
 
 
 @runtime_checkable

@@ -11,8 +11,8 @@ from typing import BinaryIO, cast
 from urllib.parse import unquote, urlparse
 
 from ..errors import AccessDeniedError, ShardNotFoundError, SourceError
-from ._range import limit
-from .base import ObjectInfo, check_range
+from .base import ObjectInfo, SourceBase, check_range
+from .ranges import limit
 
 __all__ = ["FileSource", "local_path"]
 
@@ -40,7 +40,7 @@ def _translate(exc: OSError, url: str, action: str) -> SourceError:
     return SourceError(f"cannot {action} {url}: {exc.strerror or exc}", url=url)
 
 
-class FileSource:
+class FileSource(SourceBase):
     """Reads local files. Writes go to a temporary name and are renamed on close."""
 
     def __init__(self, *, buffering: int = 0) -> None:

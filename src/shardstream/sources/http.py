@@ -18,10 +18,11 @@ from ..config import UNSET
 from ..errors import ConfigurationError, SourceError
 from ..net.pool import ConnectionPool, PooledBody
 from ..net.redirect import basic_auth, follow_redirects
+from ._ahead import PendingOpen
 from ._resume import EmptyBody, Opened, ResumableReader, range_header
 from ._retry import RetryPolicy
 from ._status import network_error, status_error
-from .base import ObjectInfo, check_range
+from .base import ObjectInfo, SourceBase, check_range
 
 __all__ = ["HTTPSource", "beyond_end", "check_max_redirects", "content_range_total", "ssl_context"]
 
@@ -99,7 +100,7 @@ class _Skipping:
         self._body.close()
 
 
-class HTTPSource:
+class HTTPSource(SourceBase):
     """Reads ``http(s)://`` URLs with pooled keep-alive connections and resumable streams.
 
     Args:
@@ -192,6 +193,10 @@ class HTTPSource:
             policy=self.policy,
         )
         return cast(BinaryIO, reader)
+
+    def open_ahead(self, url: str, *, offset: int = 0, length: int | None = None) -> PendingOpen:
+        """Start opening ``url`` on a thread now (an open waits for a round trip; see :mod:`._ahead`)."""
+        return PendingOpen(functools.partial(self.open, url, offset=offset, length=length))
 
     def stat(self, url: str) -> ObjectInfo:
         """Size and ETag from a ``HEAD`` request."""

@@ -7,7 +7,7 @@ from typing import BinaryIO
 
 from ..errors import ShardNotFoundError
 from ..forks import ForkSafeLock
-from .base import ObjectInfo, check_range
+from .base import ObjectInfo, SourceBase, check_range
 
 __all__ = ["MemorySource", "memory_store"]
 
@@ -28,7 +28,7 @@ class _MemoryWriter(io.BytesIO):
         super().close()
 
 
-class MemorySource:
+class MemorySource(SourceBase):
     """Serves ``memory://`` URLs from :data:`memory_store`. Counts opens for tests."""
 
     def __init__(self) -> None:

@@ -26,8 +26,8 @@ from typing import IO, BinaryIO, cast
 
 from ..errors import ConfigurationError, PipeCommandError, redact_url
 from ..forks import gate
-from ._range import limit
-from .base import ObjectInfo, check_range
+from .base import ObjectInfo, SourceBase, check_range
+from .ranges import limit
 
 __all__ = ["PipeReader", "PipeSource", "PipeWriter", "pipe_command"]
 
@@ -236,7 +236,7 @@ class PipeWriter(_PipeBase):
             self.abort()
 
 
-class PipeSource:
+class PipeSource(SourceBase):
     """Runs ``pipe:`` commands through the shell. Only reachable with ``allow_pipe=True``.
 
     Args:

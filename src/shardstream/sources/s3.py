@@ -1,29 +1,15 @@
-"""``s3://bucket/key`` URLs: botocore for configuration and signing, ``http.client`` for the bytes.
+"""``s3://bucket/key`` URLs: requests we sign ourselves on our own HTTP/1.1 clients.
 
-Why this client (measured against a local SeaweedFS on 127.0.0.1, 2 shared cores; 3 objects of
-50 MB read 5 times, then 50 objects of 64 KB; ``tests/integration/_measure_s3_clients.py``)::
-
-    client                        MB/s   client CPU-s/GB   GET/s (64 KB)   CPU-ms/GET
-    boto3 get_object().read()     1086        0.33              376           1.65
-    obstore get().stream()         971        0.61              842           0.24
-    urllib3 + SigV4 headers       1084        0.39              707           0.66
-    botocore presign + http.client 1063       0.29              654           0.74
-
-A second run on a machine loaded by other jobs (load average 7) kept the order of CPU per GB:
-boto3 0.26, obstore 0.52, urllib3 0.46, presign + http.client 0.22, and this module's S3Source end
-to end (resumable reader included) 0.22 CPU-s/GB at 1.1 CPU-ms per GET.
-
-Wall-clock throughput is bounded by the server (all within ~10%, about the speed of ``curl``),
-so the choice is made on client CPU per GB, which is what a DataLoader worker competes for with
-decoding: ``http.client.readinto`` fills the caller's buffer straight from the socket, while
-boto3/urllib3 return new ``bytes`` per read and obstore hands over Rust buffers that still need a
-copy. obstore's per-request cost is the lowest, but shards are tens of MB or more, where its
-per-GB cost dominates (break-even near 1.5 MB per object). botocore still does everything that
-must match the AWS tools exactly: credential chain (env vars, config/credentials files, profiles,
-SSO, instance roles), ``AWS_ENDPOINT_URL``, regions and SigV4, through public API
-(``generate_presigned_url``); the presigned URL is fetched with our pooled connections, so ranges
-for resume and ``close()`` that drops the connection at once are ours to control. Writes use the
-botocore client directly (multipart upload), where per-request overhead does not matter.
+Configuration, credentials and addressing follow botocore exactly (:mod:`._s3_signing`): the
+address of a bucket's objects is learned from one presigned URL per bucket, and every request is
+then signed with our SigV4 (:mod:`._sigv4`). The bytes travel on two clients of
+:mod:`shardstream.net`: streamed shards on ``http.client`` connections (:mod:`~shardstream.net.pool`,
+which fills the caller's buffer straight from the socket: the least client CPU per GB of the
+clients compared by ``tests/integration/_measure_s3_clients.py``), and whole small objects on a leaner pool
+(:mod:`~shardstream.net.whole`), also driven many at a time from one thread for
+:meth:`S3Source.get_many` (:mod:`._s3_many`). Retries, resume and ``close()`` that drops a
+connection at once are therefore ours. Writes use the botocore client (multipart upload,
+:mod:`._s3_writer`), where per-request overhead does not matter.
 """
 
 from __future__ import annotations
@@ -31,55 +17,33 @@ from __future__ import annotations
 import functools
 import os
 from collections import Counter
-from typing import Any, BinaryIO, cast
-from urllib.parse import urlsplit
+from typing import BinaryIO, cast
 
 from ..config import UNSET
 from ..errors import ConfigurationError, SourceError, redact_url
 from ..forks import ForkSafeLock
-from ..net.idle import Key as Address
+from ..net.multiplex import AVAILABLE as MULTIPLEX_AVAILABLE
 from ..net.pool import ConnectionPool
 from ..net.whole import WholeBodyPool
+from ._ahead import PendingOpen
 from ._resume import Opened, ResumableReader, range_header
 from ._retry import RetryPolicy
 from ._s3_errors import _CODES as _CODES
 from ._s3_errors import code_in, error_code, s3_error
-from ._s3_errors import translate as _translate
+from ._s3_many import S3Gets
+from ._s3_signing import S3Addressing, _is_aws, parse_s3_url
 from ._s3_writer import S3Writer
-from ._sigv4 import Credentials, SigV4Signer, uri_encode
-from .base import ObjectInfo, check_range
+from ._sigv4 import SigV4Signer
+from .base import ObjectInfo, SourceBase, check_range
 from .http import beyond_end, content_range_total, ssl_context
+from .many import ManyGets
 
 __all__ = ["S3Source", "S3Writer", "parse_s3_url", "s3_error"]
 
 _MIN_PART = 5 << 20
 
 
-def parse_s3_url(url: str) -> tuple[str, str]:
-    """``(bucket, key)`` of ``s3://bucket/key``; raises ConfigurationError for anything else."""
-    if url.startswith("s3://") and "?" not in url and "#" not in url:  # urlsplit costs ~10 us
-        bucket, _, key = url[5:].partition("/")
-        key = key.lstrip("/")
-        if bucket and key:
-            return bucket, key
-    parts = urlsplit(url)
-    key = parts.path.lstrip("/")
-    if parts.scheme.lower() != "s3" or not parts.netloc or not key:
-        raise ConfigurationError(
-            f"{redact_url(url)!r} is not an S3 object URL; expected s3://bucket/path/to/shard.tar"
-        )
-    return parts.netloc, key
-
-
-def _load_botocore() -> Any:
-    try:
-        import botocore.session
-    except ImportError as exc:
-        raise ImportError("reading s3:// URLs needs botocore: pip install 'shardstream[s3]'") from exc
-    return botocore
-
-
-class S3Source:
+class S3Source(S3Addressing, SourceBase):
     """Reads and writes ``s3://`` URLs for one set of credentials and one endpoint.
 
     Unset options follow the AWS SDK's own rules (``AWS_*`` environment variables, the config and
@@ -106,6 +70,10 @@ class S3Source:
             ``SHARDSTREAM_RETRY_DEADLINE``).
         part_size: multipart upload part size in bytes for writes (default 16 MiB, minimum 5 MiB).
     """
+
+    #: ``get_into`` makes one attempt: the object fetcher retries, lowering its requests in
+    #: flight when it is throttled.
+    retries_in_get_into = False
 
     #: A forked child may use its parent's instance (see ``get_source``): the connection pools
     #: forget the parent's connections at the fork, and the botocore client is rebuilt in the
@@ -171,64 +139,20 @@ class S3Source:
         self._client_pid = os.getpid()
         self.region: str | None = self._client.meta.region_name
         self._signer = SigV4Signer(self._frozen_credentials, self.region or "us-east-1")
-        self._bases: dict[str, tuple[Address, str, str]] = {}  # bucket -> (address, Host, prefix)
+        self._bases = {}  # bucket -> (address, Host, prefix)
         self.pool = ConnectionPool(
             connect_timeout=connect_timeout,
             read_timeout=read_timeout,
             response_timeout=response_timeout,
             ssl_context=ssl_context(verify),
         )
-        # Whole small objects (get_into) take a leaner client than streamed shards (see _lean).
-        self.lean = WholeBodyPool(
+        # Whole small objects (get_into, get_many) take a leaner client than streamed shards.
+        self.whole = WholeBodyPool(
             connect_timeout=connect_timeout,
             read_timeout=read_timeout,
             response_timeout=response_timeout,
             ssl_context=ssl_context(verify),
         )
-
-    @property
-    def client(self) -> Any:
-        """The botocore client (signing, writes). A forked child builds its own: botocore's
-        connection pool and credential-refresh locks must not be shared with the parent."""
-        if self._client_pid != os.getpid():
-            with self._client_lock:
-                if self._client_pid != os.getpid():
-                    self._client = self._make_client(self._addressing)
-                    self._client_pid = os.getpid()
-        return self._client
-
-    def _refresh_credentials(self, failed: Any) -> None:
-        """After "no credentials": build a new client, which looks them up again (the user may
-        have set ``AWS_*`` variables or logged in since). A failed lookup is never kept."""
-        with self._client_lock:
-            if self._client is failed:  # not already replaced by another thread
-                self._client = self._make_client(self._addressing)
-
-    def _make_client(self, addressing_style: str) -> Any:
-        botocore = _load_botocore()
-        from botocore.config import Config
-
-        try:
-            session = botocore.session.Session(profile=self.profile)
-            config = Config(
-                signature_version=botocore.UNSIGNED if self.anon else "s3v4",
-                s3={"addressing_style": addressing_style},
-                connect_timeout=self._timeouts[0],
-                read_timeout=self._timeouts[1],
-                retries={"max_attempts": self.policy.attempts, "mode": "standard"},
-                request_checksum_calculation="when_required",
-                response_checksum_validation="when_required",
-            )
-            client = session.create_client("s3", config=config, **self._client_args)
-            self._session = session
-            return client
-        except botocore.exceptions.ProfileNotFound as exc:
-            raise ConfigurationError(
-                f"AWS profile {self.profile!r} not found in the AWS config files; check the name "
-                "(aws configure list-profiles) or pass credentials in storage_options"
-            ) from exc
-        except botocore.exceptions.BotoCoreError as exc:
-            raise ConfigurationError(f"cannot configure the S3 client: {redact_url(exc)}") from exc
 
     def __repr__(self) -> str:
         return (
@@ -236,84 +160,7 @@ class S3Source:
             f"profile={self.profile!r}, anon={self.anon})"
         )
 
-    # -- errors -----------------------------------------------------------------------------------
-
-    def translate(self, exc: BaseException, url: str, action: str = "open") -> SourceError:
-        """Map a botocore, socket or ``http.client`` exception to a shardstream error."""
-        return _translate(exc, url, action, endpoint=self.endpoint_url)
-
     # -- reading ----------------------------------------------------------------------------------
-
-    def _frozen_credentials(self) -> Credentials:
-        """The current credentials (botocore refreshes temporary ones inside this call)."""
-        args = self._client_args
-        if args["aws_access_key_id"] and args["aws_secret_access_key"]:
-            # Static keys need no botocore client: a DataLoader worker that only reads signs
-            # without building one (about 0.3 s of CPU per worker and epoch).
-            return Credentials(
-                str(args["aws_access_key_id"]),
-                str(args["aws_secret_access_key"]),
-                cast("str | None", args["aws_session_token"]),
-            )
-        self.client  # noqa: B018 - a forked child rebuilds its client, and with it the session
-        found = self._session.get_credentials()  # a session that found none looks again
-        if found is None:
-            from botocore.exceptions import NoCredentialsError
-
-            raise NoCredentialsError()
-        frozen = found.get_frozen_credentials()
-        return Credentials(frozen.access_key, frozen.secret_key, frozen.token)
-
-    def _base(self, bucket: str, url: str) -> tuple[Address, str, str]:
-        """Address (scheme, hostname, port), ``Host`` and path prefix of ``bucket``'s objects, as
-        botocore addresses them (path or virtual style, region endpoints): learned from one
-        presigned URL per bucket."""
-        base = self._bases.get(bucket)
-        if base is None:
-            signed = self._presign("get_object", f"s3://{bucket}/k", shown=url)
-            parts = urlsplit(signed)
-            scheme = parts.scheme.lower()
-            port = parts.port or (443 if scheme == "https" else 80)
-            base = ((scheme, parts.hostname or "", port), parts.netloc, parts.path[: -len("k")])
-            self._bases[bucket] = base
-        return base
-
-    def signed_request(self, method: str, url: str) -> tuple[str, dict[str, str]]:
-        """The HTTP URL of ``s3://bucket/key`` and the headers that sign a ``method`` request
-        for it (none with ``anon=True``). Costs about 15 us of CPU (see :mod:`._sigv4`)."""
-        address, host, path, headers = self._signed_parts(method, url)
-        return f"{address[0]}://{host}{path}", headers
-
-    def _signed_parts(self, method: str, url: str) -> tuple[Address, str, str, dict[str, str]]:
-        """``(address, host, path, headers)`` of a signed ``method`` request for ``url``:
-        ``address`` is ``(scheme, hostname, port)``, ``host`` the ``Host`` header."""
-        bucket, key = parse_s3_url(url)
-        try:
-            address, host, prefix = self._base(bucket, url)
-            path = prefix + uri_encode(key)
-            if self.anon:
-                return address, host, path, {"Host": host}
-            return address, host, path, self._signer.sign(method, host, path)
-        except SourceError:
-            raise
-        except Exception as exc:
-            raise self.translate(exc, url) from exc
-
-    def _presign(self, method: str, url: str, *, shown: str | None = None) -> str:
-        bucket, key = parse_s3_url(url)
-        params = {"Bucket": bucket, "Key": key}
-        client = self.client
-        try:
-            try:
-                signed: str = client.generate_presigned_url(method, Params=params, ExpiresIn=3600)
-            except Exception as exc:
-                if not _is_no_credentials(exc):
-                    raise
-                self._refresh_credentials(client)
-                signed = self.client.generate_presigned_url(method, Params=params, ExpiresIn=3600)
-        except Exception as exc:
-            raise self.translate(exc, shown or url) from exc
-        return signed
 
     def _get_headers(self, url: str, offset: int, end: int | None, etag: str | None) -> dict[str, str]:
         """The unsigned headers of a GET of bytes ``[offset, end)`` (counted in ``requests``)."""
@@ -325,11 +172,6 @@ class S3Source:
             headers["If-Match"] = etag
         self._count(url)
         return headers
-
-    def _count(self, url: str) -> None:
-        """One more GET of ``url`` in ``requests``."""
-        with self._count_lock:
-            self.requests[url] += 1
 
     def _opener(self, url: str, end: int | None, offset: int, etag: str | None) -> Opened:
         headers = self._get_headers(url, offset, end, etag)
@@ -368,17 +210,18 @@ class S3Source:
         bytes already there (a ``Range`` request, with ``If-Match: etag`` when given); returns
         the object's ETag. No retries (the object fetcher retries, so that throttling lowers its
         concurrency); failures are shardstream errors, and body bytes that arrived before a
-        failure stay in ``sink``. About a third of ``open_once``'s client CPU (see ``_lean``)."""
+        failure stay in ``sink``. About a third of ``open_once``'s client CPU (see
+        :mod:`shardstream.net.whole`)."""
         start = len(sink)
         try:
             if start or etag:  # a resume, or a version to check: Range / If-Match
                 headers = self._get_headers(url, start, None, etag)
                 address, _, path, signature = self._signed_parts("GET", url)
                 signature.update(headers)
-                resp = self.lean.get(address, path, signature, sink)
+                resp = self.whole.get(address, path, signature, sink)
             else:  # the whole object: the request the fetch loop sends, rendered in one go
                 address, request = self.get_request(url)
-                resp = self.lean.send(address, request, sink)
+                resp = self.whole.send(address, request, sink)
         except SourceError:
             raise
         except Exception as exc:
@@ -394,24 +237,6 @@ class S3Source:
             del sink[:start]
         return resp.headers.get("etag") or etag
 
-    def get_request(self, url: str) -> tuple[Address, bytes]:
-        """``(address, request bytes)`` of one signed GET of the whole object ``url``, for a
-        caller that sends it itself (the objects' fetch loop, :mod:`._lean_multi`, on the lean
-        client's connections); counted in ``requests``. An answer that is not a 2xx goes back to
-        :meth:`get_into`, which turns it into the right error."""
-        self._count(url)
-        bucket, key = parse_s3_url(url)
-        try:
-            address, host, prefix = self._base(bucket, url)
-            path = prefix + uri_encode(key)
-            lines = f"Host: {host}\r\n" if self.anon else self._signer.header_lines("GET", host, path)
-        except SourceError:
-            raise
-        except Exception as exc:
-            raise self.translate(exc, url) from exc
-        # one f-string: the request is the same shape for every object
-        return address, f"GET {path} HTTP/1.1\r\n{lines}Accept-Encoding: identity\r\n\r\n".encode("latin-1")
-
     def open(self, url: str, *, offset: int = 0, length: int | None = None) -> BinaryIO:
         """Open bytes ``[offset, offset + length)`` of ``s3://bucket/key`` (to the end when
         ``length`` is ``None``); transient faults are retried and resumed within the range."""
@@ -426,6 +251,17 @@ class S3Source:
             policy=self.policy,
         )
         return cast(BinaryIO, reader)
+
+    def open_ahead(self, url: str, *, offset: int = 0, length: int | None = None) -> PendingOpen:
+        """Start opening ``url`` on a thread now (an open waits for a round trip; see :mod:`._ahead`)."""
+        return PendingOpen(functools.partial(self.open, url, offset=offset, length=length))
+
+    def get_many(self, *, window: int) -> ManyGets:
+        """Whole objects many at a time on this thread's ``epoll`` loop (:mod:`._s3_many`);
+        where ``epoll`` is missing, the default (``get_into`` on threads)."""
+        if MULTIPLEX_AVAILABLE:
+            return S3Gets(self)
+        return super().get_many(window=window)
 
     def stat(self, url: str) -> ObjectInfo:
         """Size and ETag from a ``HEAD`` request."""
@@ -452,16 +288,5 @@ class S3Source:
 
     def close(self) -> None:
         self.pool.close()
-        self.lean.close()
+        self.whole.close()
         self._client.close()
-
-
-def _is_no_credentials(exc: BaseException) -> bool:
-    from botocore.exceptions import NoCredentialsError, PartialCredentialsError
-
-    return isinstance(exc, NoCredentialsError | PartialCredentialsError)
-
-
-def _is_aws(endpoint: str) -> bool:
-    host = urlsplit(endpoint).hostname or ""
-    return host.endswith(".amazonaws.com") or host.endswith(".amazonaws.com.cn")

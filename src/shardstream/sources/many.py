@@ -1,0 +1,202 @@
+"""Many whole-object GETs in flight for one consumer: the session a source hands out, and its outcomes.
+
+``Source.get_many(window=)`` returns a :class:`ManyGets`: the consumer (the objects' fetch loop)
+submits URLs with a token of its own, waits, and gets back one :class:`Outcome` per object, in
+the order they complete. An outcome is one of four kinds, so the consumer needs no HTTP:
+
+- ``OK``: ``body`` holds the object's bytes.
+- ``THROTTLED``: the store asked to slow down (S3 503 SlowDown, 429); retry later, with fewer
+  requests in flight.
+- ``RETRY``: a transient fault (a timeout, a reset, a 5xx, an answer the fast path does not read);
+  retry it through ``get_into``, which handles every case.
+- ``FAILED``: final; ``error`` is the SourceError (or the exception) that names the URL and the
+  fix, delivered in the object's place.
+
+:class:`ThreadedGets` is the default, built from the source's ``get_into`` on a few threads of
+its own (started lazily, up to ``window``); S3 overrides it with one thread on ``epoll``
+(:mod:`._s3_many`). A session is driven by one thread; only :meth:`ManyGets.wake` may be called
+from others.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from functools import partial
+from typing import Any, Final, Protocol
+
+from ..errors import TransientSourceError
+from ..forks import gate
+from ._status import is_throttle
+
+__all__ = ["FAILED", "OK", "RETRY", "THROTTLED", "GetInto", "ManyGets", "Outcome", "ThreadedGets"]
+
+OK: Final = "ok"
+THROTTLED: Final = "throttled"
+RETRY: Final = "retry"
+FAILED: Final = "failed"
+
+#: ``get_into(url, sink)``: append the whole object ``url`` to ``sink`` (see ``SourceBase.get_into``).
+GetInto = Callable[[str, bytearray], object]
+
+
+class Outcome:
+    """What one GET of a :class:`ManyGets` came to.
+
+    Attributes:
+        token: what the consumer submitted with the URL.
+        kind: ``OK``, ``THROTTLED``, ``RETRY`` or ``FAILED`` (see the module doc).
+        body: the object's bytes (``OK`` only).
+        error: why it is not ``OK`` (a SourceError naming the URL, or the exception raised).
+        started: when the request was sent (``time.monotonic()``), for latency estimates.
+    """
+
+    __slots__ = ("token", "kind", "body", "error", "started")
+
+    def __init__(
+        self, token: Any, kind: str, body: bytes, error: BaseException | None, started: float
+    ) -> None:
+        self.token: Any = token
+        self.kind = kind
+        self.body = body
+        self.error = error
+        self.started = started
+
+    def __repr__(self) -> str:
+        return f"Outcome(kind={self.kind!r}, bytes={len(self.body)}, error={self.error!r})"
+
+
+class ManyGets(Protocol):
+    """Whole-object GETs in flight, driven by one thread (``wake`` excepted)."""
+
+    def submit(self, token: object, url: str) -> Outcome | None:
+        """Start fetching ``url``; its outcome comes from a later :meth:`wait`, or at once
+        (returned here) when the request could not start."""
+        ...
+
+    def wait(self) -> list[Outcome]:
+        """Outcomes completed since the last call; blocks until there is one or :meth:`wake`."""
+        ...
+
+    def wake(self) -> None:
+        """Make a :meth:`wait` in another thread return (thread-safe)."""
+        ...
+
+    def pause(self) -> None:
+        """Nothing is in flight: keep connections and threads for the next use of this session."""
+        ...
+
+    def close(self) -> None:
+        """Drop what is in flight and release connections and threads; the session is done."""
+        ...
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        ...
+
+
+class ThreadedGets:
+    """The default :class:`ManyGets`: ``get_into`` on up to ``window`` threads of its own.
+
+    Args:
+        get_into: the source's single-object GET.
+        window: threads at most (one per request in flight).
+        retries_itself: ``get_into`` retries transient faults on its own (then every failure is
+            ``FAILED``); otherwise a transient one is ``THROTTLED`` or ``RETRY`` for the caller.
+    """
+
+    def __init__(self, get_into: GetInto, *, window: int, retries_itself: bool) -> None:
+        self._get_into = get_into
+        self._window = window
+        self._retries_itself = retries_itself
+        # Two C-level queues, as in objects.FetchAhead: about 1 us per hand-over, where a Future
+        # and its condition variables cost tens of microseconds.
+        self._todo: queue.SimpleQueue[tuple[object, str, float] | None] = queue.SimpleQueue()
+        self._done: queue.SimpleQueue[Outcome | None] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._in_flight = 0
+        self._closed = False
+        # A session dropped without close() (its owner was collected) still ends its threads.
+        weakref.finalize(self, _end_threads, self._todo, self._threads)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def submit(self, token: object, url: str) -> Outcome | None:
+        self._in_flight += 1
+        self._todo.put((token, url, time.monotonic()))
+        if len(self._threads) < min(self._in_flight, self._window):
+            work = partial(_work, self._get_into, self._retries_itself, self._todo, self._done)
+            self._threads.append(gate.start(work, name=f"shardstream-get-many_{len(self._threads)}"))
+        return None
+
+    def wait(self) -> list[Outcome]:
+        first = self._done.get()
+        found = [] if first is None else [first]
+        while True:
+            try:
+                more = self._done.get_nowait()
+            except queue.Empty:
+                break
+            if more is not None:
+                found.append(more)
+        self._in_flight -= len(found)
+        return found
+
+    def wake(self) -> None:
+        self._done.put(None)
+
+    def pause(self) -> None:
+        """Keep the threads (idle on the queue) for the next use."""
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        while True:  # drop requests no thread has taken
+            try:
+                self._todo.get_nowait()
+            except queue.Empty:
+                break
+        _end_threads(self._todo, self._threads)
+        for thread in self._threads:
+            thread.join()
+        self._threads.clear()
+
+
+def _end_threads(
+    todo: queue.SimpleQueue[tuple[object, str, float] | None], threads: list[threading.Thread]
+) -> None:
+    """Tell each of ``threads`` to end once it has taken what is before it in ``todo``."""
+    for _ in threads:
+        todo.put(None)
+
+
+def _work(
+    get_into: GetInto,
+    retries_itself: bool,
+    todo: queue.SimpleQueue[tuple[object, str, float] | None],
+    done: queue.SimpleQueue[Outcome | None],
+) -> None:
+    """A thread of :class:`ThreadedGets`: requests from ``todo`` until None, outcomes to ``done``."""
+    while True:
+        item = todo.get()
+        if item is None:
+            return
+        token, url, started = item
+        sink = bytearray()
+        with gate.busy():  # a fork waits for a GET in flight (see shardstream.forks)
+            try:
+                get_into(url, sink)
+            except TransientSourceError as exc:
+                kind = FAILED if retries_itself else THROTTLED if is_throttle(exc) else RETRY
+                done.put(Outcome(token, kind, b"", exc, started))
+            except BaseException as exc:  # delivered in the object's place
+                done.put(Outcome(token, FAILED, b"", exc, started))
+            else:
+                done.put(Outcome(token, OK, bytes(sink), None, started))
