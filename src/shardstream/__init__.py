@@ -96,7 +96,6 @@ if _TYPE_CHECKING:
         PipelineStage,
         RunContext,
         Stage,
-        Stateful,
         pipelinefilter,
     )
     from .pipeline.batch import Expand, batched, default_collation_fn, listed, unbatched, unlisted
@@ -107,6 +106,7 @@ if _TYPE_CHECKING:
     from .pipeline.mapping import map, map_dict, map_tuple, select, transform_with
     from .pipeline.pipeline import DataPipeline
     from .pipeline.sampling import resampled, rsample
+    from .pipeline.seams import Stateful
     from .pipeline.shuffle import detshuffle, shuffle
     from .pipeline.window import MockDataset, slice, with_epoch, with_length
     from .readers.empty import non_empty
@@ -159,8 +159,9 @@ _MODULES: dict[str, str] = {
     "shardstream.loader": "worker_context",
     "shardstream.loader.loader": "WebLoader",
     "shardstream.pipeline.base": (
-        "FunctionStage MapStage Node PipelineStage RunContext Stage Stateful pipelinefilter"
+        "FunctionStage MapStage Node PipelineStage RunContext Stage pipelinefilter"
     ),
+    "shardstream.pipeline.seams": "Stateful",
     "shardstream.pipeline.batch": "Expand batched default_collation_fn listed unbatched unlisted",
     "shardstream.datasets.dataset": "Dataset",
     "shardstream.pipeline.decode": "decode",

@@ -25,16 +25,18 @@ loader knows it runs under a Trainer from shardstream's Lightning callback (``lo
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 from ..errors import StateError
-from ..pipeline.base import LoaderDataset
+from ..pipeline.seams import LoaderDataset
 from ..shards.world import World
 
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "Live",
     "StampingCollate",
     "Stamped",
     "check_fingerprint",
@@ -42,6 +44,7 @@ __all__ = [
     "gather_ranks",
     "rank_states",
     "restore_plan",
+    "tracked",
 ]
 
 VERSION = 1
@@ -225,3 +228,42 @@ def gather_ranks(state: dict[str, Any]) -> dict[str, Any]:
     gathered: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, state)
     return {"version": VERSION, "ranks": gathered}
+
+
+class Live:
+    """The running epoch: per worker (by role), the state after its last batch yielded."""
+
+    __slots__ = ("epoch", "roles", "seen", "last", "finished", "undo", "yielded", "trained")
+
+    def __init__(self, epoch: int, roles: list[int], seen: list[Any]) -> None:
+        self.epoch, self.roles, self.seen = epoch, roles, seen
+        self.last: int | None = None
+        self.finished = False
+        self.yielded = 0  # batches handed to the training loop in this epoch
+        self.trained = 0  # of those, batches Lightning has started a training step on
+        # (role, its state before, last before) for the most recent batches: to roll back.
+        self.undo: deque[tuple[int, Any, int | None]] = deque(maxlen=8)
+
+    def record(self, role: int, state: Any) -> None:
+        self.undo.append((role, self.seen[role], self.last))
+        self.seen[role] = state
+        self.last = role
+
+    def rolled_back(self, batches: int) -> tuple[list[Any], int | None]:
+        """The worker states and last worker as they were ``batches`` batches ago."""
+        seen, last = list(self.seen), self.last
+        for role, before, last_before in list(self.undo)[::-1][: min(batches, len(self.undo))]:
+            seen[role], last = before, last_before
+        return seen, last
+
+
+def tracked(it: Any, live: Live) -> Any:
+    """Yield the loader's batches, recording the state each one carries."""
+    roles = live.roles
+    for item in it:
+        if type(item) is Stamped:
+            live.record(roles[item.worker], item.state)
+            item = item.value
+        live.yielded += 1
+        yield item
+    live.finished = True

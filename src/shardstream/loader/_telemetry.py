@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..config import read_settings
-from ..pipeline.base import LoaderDataset
+from ..pipeline.seams import LoaderDataset
 from ..telemetry import Recorder, add_views, one_line, process_view, summarize, verdict
 
 __all__ = ["MARK", "LoaderTelemetry", "TelemetryCollate", "attach_telemetry", "is_packet", "loader_stats"]

@@ -7,25 +7,25 @@ import shutil
 import sys
 import tempfile
 import weakref
-from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 from ..config import read_settings
 from ..errors import StateError
 from ..malloc import tune_allocator
-from ..pipeline.base import LoaderDataset
 from ..pipeline.fluent import FluidInterface, FluidWrapper
 from ..pipeline.iterable import require_torch
+from ..pipeline.seams import LoaderDataset
 from ..shards.world import World
 from ._start import StartChoice, choose, prepare
 from ._state import (
     VERSION,
-    Stamped,
+    Live,
     StampingCollate,
     fingerprint,
     gather_ranks,
     restore_plan,
+    tracked,
 )
 from ._telemetry import attach_telemetry, loader_stats
 
@@ -109,7 +109,7 @@ class WebLoader(DataLoader, FluidInterface):  # type: ignore[type-arg]
             self.collate_fn = StampingCollate(self.collate_fn, dataset)
         self._telemetry = attach_telemetry(self, telemetry)  # wraps collate_fn when on
         self._pending: dict[str, Any] | None = None  # a loaded state, applied at the next iter()
-        self._live: _Live | None = None
+        self._live: Live | None = None
         self._iterators: weakref.WeakSet[Any] = weakref.WeakSet()
         self._epoch = -1  # only for datasets that are not shardstream pipelines (see __iter__)
         # The allocator is tuned in our worker processes only (worker_init_fn), never in the
@@ -153,8 +153,8 @@ class WebLoader(DataLoader, FluidInterface):  # type: ignore[type-arg]
         batches: Any = it if self._telemetry is None else self._telemetry.watch(it)
         if not self._stateful:
             return batches
-        live = self._live = _Live(epoch, roles, seen)
-        return _tracked(batches, live)
+        live = self._live = Live(epoch, roles, seen)
+        return tracked(batches, live)
 
     def _get_iterator(self) -> Any:
         if self.num_workers == 0:
@@ -398,42 +398,3 @@ def _distributed() -> bool:
     import torch.distributed as dist
 
     return bool(dist.is_available() and dist.is_initialized())
-
-
-class _Live:
-    """The running epoch: per worker (by role), the state after its last batch yielded."""
-
-    __slots__ = ("epoch", "roles", "seen", "last", "finished", "undo", "yielded", "trained")
-
-    def __init__(self, epoch: int, roles: list[int], seen: list[Any]) -> None:
-        self.epoch, self.roles, self.seen = epoch, roles, seen
-        self.last: int | None = None
-        self.finished = False
-        self.yielded = 0  # batches handed to the training loop in this epoch
-        self.trained = 0  # of those, batches Lightning has started a training step on
-        # (role, its state before, last before) for the most recent batches: to roll back.
-        self.undo: deque[tuple[int, Any, int | None]] = deque(maxlen=8)
-
-    def record(self, role: int, state: Any) -> None:
-        self.undo.append((role, self.seen[role], self.last))
-        self.seen[role] = state
-        self.last = role
-
-    def rolled_back(self, batches: int) -> tuple[list[Any], int | None]:
-        """The worker states and last worker as they were ``batches`` batches ago."""
-        seen, last = list(self.seen), self.last
-        for role, before, last_before in list(self.undo)[::-1][: min(batches, len(self.undo))]:
-            seen[role], last = before, last_before
-        return seen, last
-
-
-def _tracked(it: Any, live: _Live) -> Any:
-    """Yield the loader's batches, recording the state each one carries."""
-    roles = live.roles
-    for item in it:
-        if type(item) is Stamped:
-            live.record(roles[item.worker], item.state)
-            item = item.value
-        live.yielded += 1
-        yield item
-    live.finished = True

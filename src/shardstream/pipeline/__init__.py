@@ -15,16 +15,13 @@ from .annotate import associate, info
 from .base import (
     FunctionStage,
     IterNode,
-    LoaderDataset,
     MapStage,
     Node,
     PipelineStage,
-    ReadsSource,
     RunContext,
     Stage,
     StageStats,
     StateDict,
-    Stateful,
     guarded,
     pipelinefilter,
 )
@@ -36,6 +33,7 @@ from .fluent import FluidInterface, FluidWrapper
 from .mapping import Map, MapDict, MapTuple, Select, map, map_dict, map_tuple, select, transform_with
 from .pipeline import DataPipeline
 from .sampling import resampled, rsample
+from .seams import LoaderDataset, ReadsSource, Stateful
 from .shuffle import Shuffle, detshuffle, shuffle
 from .window import MockDataset, repeatedly, slice, with_epoch, with_length
 

@@ -36,7 +36,7 @@ import inspect
 import random
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import StateError
 from ..handlers import Handler
@@ -44,14 +44,12 @@ from ..shards.world import World, derive_seed
 from ..telemetry.stats import StageStats
 
 if TYPE_CHECKING:
-    from ..sources import Source
     from ..telemetry.recorder import Recorder
 
 __all__ = [
     "DrawNode",
     "FunctionStage",
     "IterNode",
-    "LoaderDataset",
     "ListNode",
     "MapStage",
     "Node",
@@ -60,8 +58,6 @@ __all__ = [
     "Stage",
     "StageStats",
     "StateDict",
-    "ReadsSource",
-    "Stateful",
     "guarded",
     "pipelinefilter",
 ]
@@ -91,64 +87,6 @@ class RunContext:
         """A seed for one stage's randomness in this epoch, rank and worker."""
         base = self.seed if stage_seed is None else stage_seed
         return derive_seed(base, *parts, self.epoch, self.world.rank, self.world.worker)
-
-
-@runtime_checkable
-class Stateful(Protocol):
-    """What checkpointing code duck-types on (torchdata's ``Stateful``, Lightning's
-    ``_Stateful``): pipelines, datasets and ``WebLoader`` all provide both methods."""
-
-    def state_dict(self) -> dict[str, Any]: ...
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None: ...
-
-
-@runtime_checkable
-class LoaderDataset(Stateful, Protocol):
-    """What a loader (``WebLoader``) drives in a dataset that saves its position: every
-    shardstream pipeline (``DataPipeline`` and the datasets built on it) provides it.
-
-    Epochs: the loader fixes the next epoch in the main process before workers start
-    (:meth:`begin_epoch`), so copies pickled into workers agree on it. Positions: each batch a
-    worker collates carries :meth:`position`; a restored loader hands every worker its saved
-    state with :meth:`restore_workers` before they start, and calls :meth:`workers_started`
-    once they have their copies.
-    """
-
-    epoch: int
-
-    def set_epoch(self, epoch: int) -> None: ...
-
-    def begin_epoch(self) -> int: ...
-
-    def next_epoch(self) -> int: ...
-
-    def context(self, epoch: int) -> RunContext: ...
-
-    def fingerprint(self) -> dict[str, Any]: ...
-
-    def position(self) -> StateDict: ...
-
-    def restore_workers(self, epoch: int, states: list[StateDict | None], roles: list[int]) -> None: ...
-
-    def workers_started(self) -> None: ...
-
-    def with_telemetry(self, enabled: bool = True, *, log_interval: float | None = None) -> Any: ...
-
-    def telemetry_on(self) -> bool: ...
-
-
-@runtime_checkable
-class ReadsSource(Protocol):
-    """A node that reads its bytes through a :class:`~shardstream.sources.Source` (the readers).
-
-    Telemetry calls :meth:`read_through` before the node starts, to time its I/O.
-    """
-
-    def read_through(self, wrap: Callable[[Source], Source]) -> Source:
-        """Read through ``wrap(source)`` from now on (in a copy of the stage: the user's stage is
-        untouched); returns the source it read through before."""
-        ...
 
 
 def guarded(

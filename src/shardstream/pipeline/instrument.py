@@ -16,8 +16,9 @@ from ..telemetry.io import TimedSource
 from ..telemetry.recorder import Recorder, Setting
 from ..telemetry.report import summarize
 from ._epochs import EpochOwner
-from .base import MapStage, Node, ReadsSource, _MapNode
+from .base import MapStage, Node, _MapNode
 from .labels import skip_counters, stage_kind, stage_label, stage_stats
+from .seams import ReadsSource
 
 __all__ = ["consumer", "instrument", "pipeline_stats"]
 

@@ -14,7 +14,7 @@ __all__ = ["ReadingNode"]
 
 class ReadingNode(Node):
     """A node whose ``stage`` reads through ``stage.source``: it provides
-    :class:`~shardstream.pipeline.base.ReadsSource`, so telemetry can time its I/O."""
+    :class:`~shardstream.pipeline.seams.ReadsSource`, so telemetry can time its I/O."""
 
     stage: Any
 

@@ -1,7 +1,7 @@
 """Shard specs -> lists of URLs: ``${NAME}`` variables, brace expansion, ``::`` joined lists.
 
 The shard-list stages built on this (``SimpleShardList``, ``ResampledShards``) are in
-:mod:`shardstream.pipeline.shardlists`.
+:mod:`shardstream.readers.shardlists`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Splitting shards over ranks and DataLoader workers: pure functions of (shards, world).
 
-The stages that apply these per epoch are in :mod:`shardstream.pipeline.shardlists`
+The stages that apply these per epoch are in :mod:`shardstream.readers.shardlists`
 (``split_by_node``, ``split_by_worker``, ``single_node_only``).
 """
 

@@ -1,0 +1,76 @@
+"""The seams other packages use to drive a pipeline, declared as Protocols.
+
+* :class:`Stateful`: what checkpointing code duck-types on (torchdata, Lightning);
+* :class:`LoaderDataset`: what a loader (``WebLoader``) drives in a dataset that saves its
+  position; every shardstream pipeline provides it;
+* :class:`ReadsSource`: a node that reads through a Source (telemetry times its I/O).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from ..sources import Source
+    from .base import RunContext, StateDict
+
+__all__ = ["LoaderDataset", "ReadsSource", "Stateful"]
+
+
+@runtime_checkable
+class Stateful(Protocol):
+    """What checkpointing code duck-types on (torchdata's ``Stateful``, Lightning's
+    ``_Stateful``): pipelines, datasets and ``WebLoader`` all provide both methods."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None: ...
+
+
+@runtime_checkable
+class LoaderDataset(Stateful, Protocol):
+    """What a loader (``WebLoader``) drives in a dataset that saves its position: every
+    shardstream pipeline (``DataPipeline`` and the datasets built on it) provides it.
+
+    Epochs: the loader fixes the next epoch in the main process before workers start
+    (:meth:`begin_epoch`), so copies pickled into workers agree on it. Positions: each batch a
+    worker collates carries :meth:`position`; a restored loader hands every worker its saved
+    state with :meth:`restore_workers` before they start, and calls :meth:`workers_started`
+    once they have their copies.
+    """
+
+    epoch: int
+
+    def set_epoch(self, epoch: int) -> None: ...
+
+    def begin_epoch(self) -> int: ...
+
+    def next_epoch(self) -> int: ...
+
+    def context(self, epoch: int) -> RunContext: ...
+
+    def fingerprint(self) -> dict[str, Any]: ...
+
+    def position(self) -> StateDict: ...
+
+    def restore_workers(self, epoch: int, states: list[StateDict | None], roles: list[int]) -> None: ...
+
+    def workers_started(self) -> None: ...
+
+    def with_telemetry(self, enabled: bool = True, *, log_interval: float | None = None) -> Any: ...
+
+    def telemetry_on(self) -> bool: ...
+
+
+@runtime_checkable
+class ReadsSource(Protocol):
+    """A node that reads its bytes through a :class:`~shardstream.sources.Source` (the readers).
+
+    Telemetry calls :meth:`read_through` before the node starts, to time its I/O.
+    """
+
+    def read_through(self, wrap: Callable[[Source], Source]) -> Source:
+        """Read through ``wrap(source)`` from now on (in a copy of the stage: the user's stage is
+        untouched); returns the source it read through before."""
+        ...
