@@ -51,6 +51,11 @@ class ObjectStream(DataPipeline, FluidInterface):
             max_bytes: bytes fetched ahead and not consumed, at most (default 256 MiB).
             ordered: deliver in the permutation's order (default); False delivers as fetched
                 (faster with uneven object sizes; the order and resume are then not exact).
+            gather: the longest pause, in seconds, the S3 fetch loop takes to gather more answers
+                before it wakes the consumer when many requests are in flight (default
+                ``objects.fetch_loop.DEFAULT_GATHER``, 2 ms; 0 turns gathering off). Gathering
+                trades a little latency for fewer wake-ups; ``benchmarks/bench_objects.py``
+                measures it on and off.
             handler: error policy for a sample that cannot be fetched (default: raise).
             storage_options: options for the sources (endpoint, credentials, ...).
     """
@@ -69,6 +74,7 @@ class ObjectStream(DataPipeline, FluidInterface):
         window: int = DEFAULT_WINDOW,
         max_bytes: int = DEFAULT_MAX_BYTES,
         ordered: bool = True,
+        gather: float | None = None,
         handler: Handler = reraise_exception,
         storage_options: Mapping[str, Any] | None = None,
     ) -> None:
@@ -79,7 +85,7 @@ class ObjectStream(DataPipeline, FluidInterface):
         self.url = url
         table = open_table(url, manifest, storage_options, manifest_dir)
         self.reader = ObjectReader(
-            table, storage_options, window=window, max_bytes=max_bytes, ordered=ordered
+            table, storage_options, window=window, max_bytes=max_bytes, ordered=ordered, gather=gather
         )
         self.source_stage = ObjectSamples(
             self.reader, split=mode, batch_size=batch_size or 1, shuffle=shuffle, seed=seed, handler=handler
