@@ -212,7 +212,7 @@ def cases(
 
     stream = batched_stream()
     eager = batched_stream()  # the same stream without the fetch loop's gathering of answers
-    eager.reader.gather = False
+    eager.reader.gather = 0.0  # (ObjectReader's gather=0)
     ready = ready_batches()
     env = {**os.environ, **server.env()}
     scratch = Path(tempfile.mkdtemp(prefix="bench-s5cmd-"))
@@ -361,9 +361,14 @@ def per_get_cpu(server: Any, n: int = 1_000) -> list[str]:
 
 def window_sweep(server: Any, rounds: int = 2) -> list[str]:
     """ObjectStream in this process (no workers) by requests in flight, for both fetch engines:
-    one thread on epoll (the default for S3) and a thread per request in flight. Engines
+    one thread on epoll (S3's ``get_many``, the default for S3) and a thread per request in
+    flight (the default ``SourceBase.get_many``, which S3 uses where epoll is missing). Engines
     alternate per window; the best of ``rounds`` passes is shown."""
     import shardstream as ss
+    from shardstream.sources import SourceBase
+    from shardstream.sources.s3 import S3Source
+
+    epoll_get_many = S3Source.get_many
 
     url = f"s3://{BUCKET}/{PREFIX}"
     lines = [
@@ -378,16 +383,24 @@ def window_sweep(server: Any, rounds: int = 2) -> list[str]:
         for _ in range(rounds):
             for loop in (True, False):
                 ds = ss.ObjectStream(url, storage_options=server.storage_options, window=window)
-                ds.reader.loop = loop
-                c0, t0 = cpu_seconds(), time.perf_counter()
-                n = sum(1 for _ in ds)
-                c1, t1 = cpu_seconds(), time.perf_counter()
+                S3Source.get_many = epoll_get_many if loop else SourceBase.get_many  # type: ignore[method-assign]
+                try:
+                    c0, t0 = cpu_seconds(), time.perf_counter()
+                    n = sum(1 for _ in ds)
+                    c1, t1 = cpu_seconds(), time.perf_counter()
+                finally:
+                    S3Source.get_many = epoll_get_many  # type: ignore[method-assign]
+                    ds.reader.close()
                 got = (n / (t1 - t0), 1000 * (c1 - c0) / n)
                 if loop not in best or got[1] < best[loop][1]:
                     best[loop] = got
         (lr, lc), (tr, tc) = best[True], best[False]
         lines.append(f"| {window} | {lr:,.0f} | {lc:.3f} | {tr:,.0f} | {tc:.3f} | {tc / lc:.2f}x |")
-    alive = [t.name for t in threading.enumerate() if t.name.startswith("shardstream-fetch")]
+    alive = [
+        t.name
+        for t in threading.enumerate()
+        if t.name.startswith(("shardstream-fetch", "shardstream-get-many"))
+    ]
     assert not alive, alive
     return lines
 

@@ -6,14 +6,15 @@ also by ``max_bytes`` of fetched-but-not-consumed data. Results come back in job
 (``ordered=True``) or as they complete. A failed job is delivered as its exception (a value), so
 the consumer's error policy decides; nothing else is cancelled by it.
 
-Where it is used: for sources other than S3 (local files, ``http(s)://``, memory), and for S3
-where ``select.epoll`` is missing. S3 objects on Linux go through :mod:`.fetch_loop` instead: one
-thread on epoll costs about half the client CPU per object of this engine at the same window
-(``benchmarks/bench_objects.py`` compares both), because a thread per request pays for waking
-that thread and handing over the GIL several times per GET. The threads here are plain ones fed
-through two ``queue.SimpleQueue`` (jobs out, results back), not an executor's futures, whose
-condition variables cost tens of microseconds per job. They are started through the fork gate and
-fetch inside its busy regions (:mod:`shardstream.forks`).
+Where it is used: it is the generic engine for any ``fetch(job)`` function (exported for users'
+own fetches). :class:`~.reader.ObjectReader` fetches objects through a source's ``get_many``
+session instead (:mod:`.fetch_loop`), which for S3 runs on one thread on epoll and costs a
+fraction of this engine's client CPU per object at the same window (a thread per request pays
+for waking that thread and handing over the GIL several times per GET; both are measured in
+``benchmarks/results/bench_objects.md``). The threads here are plain ones fed through two
+``queue.SimpleQueue`` (jobs out, results back), not an executor's futures, whose condition
+variables cost tens of microseconds per job. They are started through the fork gate and fetch
+inside its busy regions (:mod:`shardstream.forks`).
 
 Stopping: closing the iterator (a ``break``, a DataLoader shutting down its worker, garbage
 collection) sets the stop event, cancels jobs not started, wakes backoff sleeps and joins every

@@ -6,6 +6,10 @@ picklable Source over the whole registry; every source reads whole objects or by
 (``open(url, offset=, length=)``). ``storage_options`` apply per scheme: each source gets the
 options its constructor accepts (``source_options(scheme)``), and an option that no source
 accepts raises ConfigurationError. Fork safety of our threads and locks: see ``shardstream.forks``.
+
+Optional capabilities (open-ahead, size, whole-object ``get_into``, bulk ``get_many`` with typed
+:class:`Outcome` kinds) are declared with defaults on :class:`SourceBase` (:mod:`.base`,
+:mod:`.many`); the wire itself lives below, in :mod:`shardstream.net`.
 """
 
 from __future__ import annotations

@@ -71,8 +71,8 @@ class S3Gets:
 
     def wait(self) -> list[Outcome]:
         multi = self._multi
-        if multi is None:
-            return []
+        if multi is None:  # (nothing submitted yet: block on a loop, as for requests in flight)
+            multi = self._multi = borrow(self._source.whole)
         source = self._source
         found = []
         for answer in multi.wait(None):
