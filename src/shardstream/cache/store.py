@@ -40,13 +40,13 @@ from ..sources.base import check_range
 from ..sources.file import local_path
 from ._evict_pass import Evictor
 from ._fill import Filler
-from ._hit import Corrupt, LeasedFile, open_hit, read_meta, remove_corrupt
-from ._layout import Layout
-from ._owner import Owner
 from ._tee import TeeReader
+from .hit import Corrupt, LeasedFile, open_hit, read_meta, remove_corrupt
+from .layout import Layout
 from .lease import Lease
 from .lock import LockTiming, ShardLock
 from .naming import NameFunction, cache_name, check_name
+from .owner import Owner
 from .stats import CacheStats, CounterFile
 
 __all__ = ["ShardCache", "make_cache_opener"]
