@@ -35,8 +35,7 @@ from ..readers.read_shards import ReadShards, ShardFormat
 from ..readers.shardlists import ResampledShards, ShardShuffle, SimpleShardList
 from ..shards.spec import expand_urls
 from ..shards.world import World
-from ..sources import SchemeRouter, Source
-from ..sources._registry import check_pipe
+from ..sources import SchemeRouter, Source, check_pipe
 from .policy import CachePolicy, SplitPolicy
 
 __all__ = ["Dataset", "make_source"]
