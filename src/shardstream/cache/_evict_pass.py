@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 from . import eviction
 from .layout import Layout
-from .owner import Owner, remove_quietly
 from .lease import live_leases
 from .lock import LockTiming, ShardLock
+from .owner import Owner, remove_quietly
 from .stats import CacheStats
 
 __all__ = ["Evictor"]

@@ -25,11 +25,11 @@ from ..errors import CacheError, redact_url
 from ..sources import Source
 from . import eviction
 from ._evict_pass import Evictor
-from .layout import Layout
-from .owner import Owner, remove_quietly
 from ._tee import Fill, TeeReader
+from .layout import Layout
 from .lease import Lease
 from .lock import ShardLock
+from .owner import Owner, remove_quietly
 from .stats import CacheStats
 
 __all__ = ["Filler"]

@@ -14,9 +14,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from .layout import BOOK, Layout
-from .owner import Owner, fs_now, is_alive
 from .lease import live_leases
 from .lock import read_lock
+from .owner import Owner, fs_now, is_alive
 
 __all__ = ["Entry", "plan_eviction", "scan", "stale_temps"]
 
