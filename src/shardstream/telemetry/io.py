@@ -10,20 +10,25 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import Any, BinaryIO, Protocol
 
 from ..forks import ForkSafeLock
 
-if TYPE_CHECKING:
-    from .recorder import Recorder
+__all__ = ["IoCounters", "TimedSource", "retry_counter"]
 
-__all__ = ["TimedSource", "retry_counter"]
+
+class IoCounters(Protocol):
+    """What the timed source adds to: the recorder's I/O time, bytes and opens."""
+
+    io_ns: int
+    io_bytes: int
+    opens: int
 
 
 class TimedStream:
     """A source stream whose ``read``/``readinto`` calls count as I/O time and bytes."""
 
-    def __init__(self, stream: BinaryIO, rec: Recorder) -> None:
+    def __init__(self, stream: BinaryIO, rec: IoCounters) -> None:
         self._stream, self._rec = stream, rec
 
     def readinto(self, buffer: Any) -> int:
@@ -50,7 +55,7 @@ class TimedStream:
 class TimedSource:
     """A source whose opens and reads count as I/O (installed in a reading node's stage copy)."""
 
-    def __init__(self, inner: Any, rec: Recorder) -> None:
+    def __init__(self, inner: Any, rec: IoCounters) -> None:
         self._inner, self._rec = inner, rec
 
     def open(self, url: str, *, offset: int = 0, length: int | None = None) -> Any:
@@ -76,7 +81,7 @@ class TimedSource:
 class _TimedPending:
     """A pending open (``sources._ahead.PendingOpen``) whose stream is timed like ``TimedSource``'s."""
 
-    def __init__(self, pending: Any, rec: Recorder) -> None:
+    def __init__(self, pending: Any, rec: IoCounters) -> None:
         self._pending, self._rec = pending, rec
 
     def result(self) -> TimedStream:
