@@ -12,18 +12,22 @@ every round in this one process:
 * shardstream ``WebDataset("s3://...")`` (in-process S3 client);
 * webdataset 1.0.2 over ``pipe:s5cmd --endpoint-url ... cat s3://...``;
 * webdataset 1.0.2 over ``pipe:aws --endpoint-url ... s3 cp s3://... -`` (skipped without ``aws``);
-* bandwidth references without any tar parsing: ``s5cmd cat`` of every shard, and one ``curl``
-  process fetching every shard's presigned URL to /dev/null.
+* bandwidth references without any tar parsing: ``s5cmd cat`` of every shard; one ``curl``
+  process fetching every shard's presigned URL to /dev/null, one after another on one connection;
+  and one ``curl --parallel`` process fetching every shard as ``--connections`` byte ranges
+  (``-r``, default 8 per shard) over up to ``--connections`` connections at once, the way
+  ``s5cmd cp`` splits a download into concurrent ranged GETs of parts.
 
 Reported: samples/s, MB/s of shard bytes, CPU-seconds per GB on the client side (this process
-plus its pipe children; the server's CPU is not counted), and the ratios for the targets:
+plus its pipe children; the server's CPU is not counted), the ratios for the targets:
 shardstream >= 2x webdataset over pipe:s5cmd in samples/s (issue 3), >= 90% of raw curl bandwidth
-on the image shards (issue 12; it was 80% in issue 3), and less CPU per GB than webdataset. The
-server is stopped by PID at the end, also on errors and Ctrl-C.
+on the image shards (issue 12; it was 80% in issue 3), and less CPU per GB than webdataset; and,
+without a target, shardstream's bandwidth as a share of the concurrent ranged curl's (issue 24).
+The server is stopped by PID at the end, also on errors and Ctrl-C.
 
 shardstream opens the next shard while it parses the current one (``ReadShards(read_ahead=True)``,
-the default): SeaweedFS takes 5-10 ms to start answering for each 7 MB shard here, about as long
-as the transfer itself, and curl, fetching the URLs one after another, waits for each.
+the default): SeaweedFS waits before it answers each shard's GET (this script does not time that
+wait), and the sequential curl, fetching the URLs one after another, waits for each.
 """
 
 from __future__ import annotations
@@ -60,6 +64,8 @@ WDS_S5CMD = "webdataset pipe:s5cmd"
 WDS_AWS = "webdataset pipe:aws"
 S5CMD_CAT = "s5cmd cat (reference)"
 CURL = "curl (reference)"
+CURL_RANGED = "curl, ranged (reference)"
+REFERENCES = (S5CMD_CAT, CURL, CURL_RANGED)
 
 
 def _count(iterable: Any) -> int:
@@ -98,8 +104,35 @@ def _aws() -> str | None:
     return found
 
 
+def ranged_curl_args(curl: str, urls: list[str], sizes: list[int], connections: int) -> list[str]:
+    """One ``curl`` command that fetches each URL as ``connections`` byte ranges (``-r``), at most
+    ``connections`` transfers at once (``--parallel``), each range to /dev/null.
+
+    Each range is its own transfer (``--next`` starts a new one; the global options stay), so curl
+    spreads them over up to ``connections`` keep-alive connections to the one host.
+    """
+    args = [curl, "-sS", "--parallel", "--parallel-max", str(connections)]
+    first = True
+    for url, size in zip(urls, sizes, strict=True):
+        part = -(-size // connections)
+        for start in range(0, size, part):
+            if not first:
+                args.append("--next")
+            first = False
+            # --fail and -sS again after each --next, which resets them.
+            args += ["-sS", "--fail", "-r", f"{start}-{min(start + part, size) - 1}", url, "-o", "/dev/null"]
+    return args
+
+
 def cases(
-    server: Any, urls: list[str], *, s5cmd: str, aws: str | None, curl: str | None
+    server: Any,
+    urls: list[str],
+    sizes: list[int],
+    *,
+    s5cmd: str,
+    aws: str | None,
+    curl: str | None,
+    connections: int = 8,
 ) -> list[tuple[str, Callable[[], int]]]:
     import webdataset
 
@@ -140,10 +173,23 @@ def cases(
         for p in presigned:
             args += [p, "-o", "/dev/null"]
         out.append((CURL, lambda: (subprocess.run(args, check=True), 0)[1]))
+        # Several connections at once, each shard split into byte ranges: what `s5cmd cp` does for
+        # one large object (concurrent ranged GETs of parts), here without s5cmd's own costs.
+        ranged = ranged_curl_args(curl, presigned, sizes, connections)
+
+        def curl_ranged() -> int:
+            # curl 7.88 prints its progress meter for --parallel with --next despite -s: keep it off
+            # the terminal, and show stderr (the meter and any error) only on a failure.
+            res = subprocess.run(ranged, stderr=subprocess.PIPE, check=False)
+            if res.returncode:
+                raise RuntimeError(f"ranged curl failed ({res.returncode}): {res.stderr.decode()[-2000:]}")
+            return 0
+
+        out.append((CURL_RANGED, curl_ranged))
     return out
 
 
-def summarize(title: str, sides: list[Side], *, curl_target: bool) -> list[str]:
+def summarize(title: str, sides: list[Side], *, curl_target: bool, connections: int = 8) -> list[str]:
     by = {s.name: s for s in sides}
     rows = [
         f"### {title}",
@@ -152,9 +198,10 @@ def summarize(title: str, sides: list[Side], *, curl_target: bool) -> list[str]:
         "|---|---:|---:|---:|---:|",
     ]
     for side in sides:
-        b = side.best if side.name not in (S5CMD_CAT, CURL) else max(side.rounds, key=lambda m: m.mb_per_s)
-        samples = "-" if side.name in (S5CMD_CAT, CURL) else f"{b.rate:,.0f}"
-        median = "-" if side.name in (S5CMD_CAT, CURL) else f"{side.median_rate:,.0f}"
+        ref = side.name in REFERENCES
+        b = side.best if not ref else max(side.rounds, key=lambda m: m.mb_per_s)
+        samples = "-" if ref else f"{b.rate:,.0f}"
+        median = "-" if ref else f"{side.median_rate:,.0f}"
         rows.append(f"| {side.name} | {samples} | {median} | {b.mb_per_s:,.1f} | {b.cpu_per_gb:.2f} |")
     ours = by[SHARDSTREAM]
     s5 = by[WDS_S5CMD]
@@ -189,6 +236,18 @@ def summarize(title: str, sides: list[Side], *, curl_target: bool) -> list[str]:
             f"- shardstream bandwidth / raw curl: **{100 * best:.0f}%** best vs best, "
             f"**{100 * paired:.0f}%** median per round (target >= 90%: **{verdict}**)"
         )
+    if CURL_RANGED in by:
+        best, paired = paired_ratio(ours, by[CURL_RANGED], lambda m: m.mb_per_s)
+        rows.append(
+            f"- shardstream bandwidth / concurrent ranged curl ({connections} connections): "
+            f"**{100 * best:.0f}%** best vs best, **{100 * paired:.0f}%** median per round (no target)"
+        )
+        if CURL in by:
+            best, paired = paired_ratio(by[CURL_RANGED], by[CURL], lambda m: m.mb_per_s)
+            rows.append(
+                f"- concurrent ranged curl / sequential curl: **{best:.2f}x** best vs best, "
+                f"{paired:.2f}x median per round"
+            )
     rows.append("")
     return rows
 
@@ -201,8 +260,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per dataset")
     parser.add_argument("--only", choices=["images", "tiny"], action="append", help="run only these datasets")
     parser.add_argument("--no-aws", action="store_true", help="skip webdataset over pipe:aws (slow)")
+    parser.add_argument(
+        "--connections",
+        type=int,
+        default=8,
+        help="connections of the concurrent ranged curl reference, and ranges per shard (default 8)",
+    )
     parser.add_argument("--markdown", type=Path, help="also write the results as Markdown here")
     args = parser.parse_args(argv)
+    if args.connections < 1:
+        parser.error(f"--connections must be at least 1, got {args.connections}")
     logging.basicConfig(level=logging.WARNING)
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     only = args.only or ["images", "tiny"]
@@ -229,12 +296,15 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"- date: {datetime.date.today().isoformat()}",
         f"- machine: {machine_line()}",
-        f"- command: `.venv/bin/python benchmarks/bench_s3.py --rounds {args.rounds}`",
+        f"- command: `.venv/bin/python benchmarks/bench_s3.py --rounds {args.rounds}"
+        f"{'' if args.connections == 8 else f' --connections {args.connections}'}`",
         "- server: SeaweedFS (`weed server -s3`) on 127.0.0.1, same machine (its CPU competes for the "
         "same 2 cores and is not counted in client CPU)",
         "- raw iteration (no decode), all contenders alternating every round; best round shown; each "
         "measurement repeats whole passes until >= 1 s has elapsed",
         f"- tools: s5cmd = `{s5cmd}` (the Go binary), aws = `{aws}`, curl = `{curl}`",
+        f"- curl, ranged: one `curl --parallel --parallel-max {args.connections}` process, each shard "
+        f"fetched as {args.connections} byte ranges (`-r`) of its presigned URL",
         *notes,
         "",
     ]
@@ -250,11 +320,14 @@ def main(argv: list[str] | None = None) -> int:
                 nbytes = dataset_bytes(paths)
                 expect = 2_000 if name == "images" else 100_000
                 print(f"{name}: {len(urls)} shards, {nbytes / 1e6:.1f} MB uploaded", flush=True)
+                sizes = [os.path.getsize(p) for p in paths]
                 sides = run_alternating(
-                    cases(server, urls, s5cmd=s5cmd, aws=aws, curl=curl), rounds=args.rounds, nbytes=nbytes
+                    cases(server, urls, sizes, s5cmd=s5cmd, aws=aws, curl=curl, connections=args.connections),
+                    rounds=args.rounds,
+                    nbytes=nbytes,
                 )
                 for side in sides:
-                    if side.name not in (S5CMD_CAT, CURL) and any(
+                    if side.name not in REFERENCES and any(
                         m.samples != expect * m.passes for m in side.rounds
                     ):
                         raise RuntimeError(
@@ -264,7 +337,12 @@ def main(argv: list[str] | None = None) -> int:
                 title = (
                     "2,000 JPEG samples, 8 shards" if name == "images" else "100,000 tiny samples, 10 shards"
                 )
-                out += summarize(f"{title} ({nbytes / 1e6:.1f} MB)", sides, curl_target=name == "images")
+                out += summarize(
+                    f"{title} ({nbytes / 1e6:.1f} MB)",
+                    sides,
+                    curl_target=name == "images",
+                    connections=args.connections,
+                )
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
     emit_report(out, args.markdown)
