@@ -101,7 +101,7 @@ class WebLoader(DataLoader, FluidInterface):  # type: ignore[type-arg]
         super().__init__(dataset, *args, **kw)
         if self.num_workers > 0 and self._given_context is None and choose().method == "forkserver":
             prepare()  # threads run already (a process group): the server imports while we go on
-        self._stateful = isinstance(dataset, LoaderDataset)
+        self._stateful = isinstance(dataset, LoaderDataset)  # checked once: the dataset never changes
         #: Set by shardstream's Lightning callback while a Trainer fits with this loader
         #: (``loader/lightning.py``): Lightning prefetches batches and saves every rank's state.
         self.trainer_attached = False
@@ -118,7 +118,7 @@ class WebLoader(DataLoader, FluidInterface):  # type: ignore[type-arg]
     def set_epoch(self, epoch: int) -> None:
         """Use ``epoch`` for the next ``iter()``."""
         dataset: Any = self.dataset
-        if isinstance(dataset, LoaderDataset):
+        if self._stateful:
             dataset.set_epoch(epoch)  # the pipeline owns the epoch
         else:
             self._epoch = epoch - 1
@@ -140,14 +140,14 @@ class WebLoader(DataLoader, FluidInterface):  # type: ignore[type-arg]
                 dataset.restore_workers(epoch, [seen[r] for r in roles], roles)
             dataset.set_epoch(epoch)
             dataset.begin_epoch()
-        elif isinstance(dataset, LoaderDataset):
+        elif self._stateful:
             epoch = dataset.begin_epoch()  # our pipelines own their epoch; fix it before workers start
         elif isinstance(dataset, _EpochSetting):
             # A foreign dataset with set_epoch (as for DistributedSampler): drive it by count.
             self._epoch += 1
             dataset.set_epoch(self._epoch)
         it = super().__iter__()  # workers receive their copies of the dataset here
-        if isinstance(dataset, LoaderDataset):
+        if self._stateful:
             dataset.workers_started()
         self._iterators.add(it)
         batches: Any = it if self._telemetry is None else self._telemetry.watch(it)
