@@ -21,27 +21,29 @@ __all__ = ["Owner", "fs_now", "is_alive", "process_start"]
 _SAFE_HOST = re.compile(r"[^A-Za-z0-9_.-]")
 
 
-def process_start(pid: int) -> int | None:
-    """Start time of ``pid`` in clock ticks since boot (Linux), or ``None`` when unknown."""
+def _stat_fields(pid: int) -> list[bytes] | None:
+    """Fields 3 onwards of ``/proc/<pid>/stat`` (after the command name, which may hold spaces and
+    parentheses), or ``None`` when the process is gone or there is no ``/proc``."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
     except OSError:
         return None
-    fields = stat[stat.rfind(b")") + 2 :].split()
+    return stat[stat.rfind(b")") + 2 :].split()
+
+
+def process_start(pid: int) -> int | None:
+    """Start time of ``pid`` in clock ticks since boot (Linux), or ``None`` when unknown."""
+    fields = _stat_fields(pid)
     try:
-        return int(fields[19])  # field 22 of stat(5); fields[0] is field 3 (state)
+        return int(fields[19]) if fields is not None else None  # field 22 of stat(5)
     except (IndexError, ValueError):
         return None
 
 
 def _state(pid: int) -> bytes | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3]
+    fields = _stat_fields(pid)
+    return fields[0][:1] if fields else None  # field 3 of stat(5): R, S, Z, ...
 
 
 @dataclass(frozen=True)
