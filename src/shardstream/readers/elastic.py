@@ -24,7 +24,8 @@ from ..errors import StateError
 from ..pipeline.base import Node, RunContext, StateDict
 from ..pipeline.build import build_one
 from ..pipeline.shuffle import Shuffle
-from ..shards.elastic import Unit, cut, deal, slot_quotas
+from ..shards.elastic import cut, deal, slot_quotas
+from ..shards.runs import Run
 from ..shards.world import World
 from .planned import PlannedSamples
 from .read_shards import ReadShards, ahead_url
@@ -47,7 +48,7 @@ def _reader_index(pipeline: Any) -> int:
 
 def remaining(
     pipeline: Any, epoch: int, world: World, state: StateDict | None, batch_size: int | None = None
-) -> list[Unit]:
+) -> list[Run]:
     """The samples of ``epoch`` that ``world``'s (rank, worker) had not yielded at ``state``
     (``batch_size``: the planner's batch size in the old run, when it differs from this one's)."""
     state = state or {}
@@ -64,14 +65,14 @@ def remaining(
     own: StateDict = nodes[index] or {}
     locate: Any
     if "units" in own:
-        units = [Unit.from_json(u) for u in own["units"]]
+        units = [Run.from_json(u) for u in own["units"]]
         rest = _rest_of_units(units, own)
         locate = lambda t: _single(units[int(t[0])].url, int(t[1]), units[int(t[0])].pad)  # noqa: E731
     elif isinstance(reader, PlannedSamples):
         rest, locate = _rest_of_plan(reader, ctx, own, batch_size)
     else:
         rest, locate = _rest_of_shards(pipeline, index, ctx, nodes, own)
-    buffered: list[Unit] = []
+    buffered: list[Run] = []
     for stage, node_state in zip(pipeline.pipeline[index + 1 :], nodes[index + 1 :], strict=True):
         if isinstance(stage, Shuffle) and node_state:
             buffered.extend(locate(token) for token in node_state.get("buffer", []))
@@ -83,22 +84,22 @@ def remaining(
     return rest + buffered
 
 
-def _single(url: str, offset: int, pad: bool | None) -> Unit:
-    return Unit(url, -1, 1, offset, pad)
+def _single(url: str, offset: int, pad: bool | None) -> Run:
+    return Run(url, -1, 1, offset, pad)
 
 
-def _rest_of_units(units: Sequence[Unit], state: StateDict) -> list[Unit]:
+def _rest_of_units(units: Sequence[Run], state: StateDict) -> list[Run]:
     i, skip, offset = int(state.get("unit", 0)), int(state.get("skip", 0)), int(state.get("offset", -1))
     if i >= len(units):
         return []
     first = units[i]
     count = None if first.count is None else first.count - skip
     if offset >= 0:
-        head = Unit(first.url, first.start + skip if first.start >= 0 else -1, count, offset, first.pad)
+        head = Run(first.url, first.start + skip if first.start >= 0 else -1, count, offset, first.pad)
     elif skip == 0:
         head = first
     elif first.start >= 0:
-        head = Unit(first.url, first.start + skip, count, -1, first.pad)
+        head = Run(first.url, first.start + skip, count, -1, first.pad)
     else:
         raise StateError(f"a saved run of samples of {first.url} has no position to continue from")
     return ([head] if count != 0 else []) + list(units[i + 1 :])
@@ -106,7 +107,7 @@ def _rest_of_units(units: Sequence[Unit], state: StateDict) -> list[Unit]:
 
 def _rest_of_plan(
     stage: PlannedSamples, ctx: RunContext, state: StateDict, batch_size: int | None
-) -> tuple[list[Unit], Any]:
+) -> tuple[list[Run], Any]:
     if stage.counts is None:
         raise StateError(
             "split='resampled' draws shards per (rank, worker); its position cannot be re-split over other "
@@ -122,7 +123,7 @@ def _rest_of_plan(
     pieces, exact = plan.slot(world.rank, world.worker), stage.mode == "exact"
     need = plan.quota(world.rank, world.worker) - int(state.get("done", 0))
     first, skip, offset = int(state.get("piece", 0)), int(state.get("skip", 0)), int(state.get("offset", -1))
-    units: list[Unit] = []
+    units: list[Run] = []
     for k in range(first, len(pieces)):
         if need <= 0:
             break
@@ -132,10 +133,10 @@ def _rest_of_plan(
         if n <= 0:
             continue
         at = offset if (k == first and offset >= 0) else (0 if start == 0 else -1)
-        units.append(Unit(piece.url, start, n, at, piece.pad if exact else None))
+        units.append(Run(piece.url, start, n, at, piece.pad if exact else None))
         need -= n
 
-    def locate(token: Any) -> Unit:
+    def locate(token: Any) -> Run:
         piece = pieces[int(token[0])]
         return _single(piece.url, int(token[1]), piece.pad if exact else None)
 
@@ -144,7 +145,7 @@ def _rest_of_plan(
 
 def _rest_of_shards(
     pipeline: Any, index: int, ctx: RunContext, nodes: list[StateDict | None], state: StateDict
-) -> tuple[list[Unit], Any]:
+) -> tuple[list[Run], Any]:
     # The shard-list stages before the reader are pure lists: rebuild them at their saved
     # positions (no shard is opened) and take the shards they still hold.
     built: list[Node] = []
@@ -160,20 +161,20 @@ def _rest_of_shards(
             "the shards before the reader come from an endless or foreign shard stream; its position "
             "cannot be re-split over other workers. Resume with the same num_workers and world size"
         )
-    units: list[Unit] = []
+    units: list[Run] = []
     shard, offset = int(state.get("shard", -1)), int(state.get("offset", -1))
     if offset >= 0:
         url = state.get("url") or _url(last.item(shard))
-        units.append(Unit(url, -1 if offset else 0, None, offset))
+        units.append(Run(url, -1 if offset else 0, None, offset))
     ahead = ahead_url(state, last)  # the next shard, taken from the list ahead of its turn
     if ahead is not None:
-        units.append(Unit(ahead, 0, None, 0))
-    units.extend(Unit(_url(item), 0, None, 0) for item in last)
+        units.append(Run(ahead, 0, None, 0))
+    units.extend(Run(_url(item), 0, None, 0) for item in last)
     for node in reversed(built):
         node.close()
     shards = last
 
-    def locate(token: Any) -> Unit:
+    def locate(token: Any) -> Run:
         return _single(_url(shards.item(int(token[0]))), int(token[1]), None)
 
     return units, locate

@@ -23,7 +23,8 @@ from typing import Any
 from ..errors import ConfigurationError, SplitError
 from ..handlers import Handler, reraise_exception
 from ..pipeline.base import Node, RunContext, Stage, StateDict
-from ..shards.plan import GRANULARITIES, MODES, EpochPlan, Piece, batches_per_rank, plan_epoch, worker_quotas
+from ..shards.plan import GRANULARITIES, MODES, EpochPlan, batches_per_rank, plan_epoch, worker_quotas
+from ..shards.runs import Run
 from ..shards.spec import expand_urls
 from ..shards.world import World, derive_seed
 from ..sources import SchemeRouter, Source
@@ -177,7 +178,7 @@ class _PlannedNode(ReadingNode):
         self.makeup = bool(state.get("makeup", False))
         self.stopped = False  # the error policy ended the stream
         self._opening: Any = None  # the next piece's shard, opened ahead (see read.open_ahead)
-        self.pieces: Sequence[Piece] = ()
+        self.pieces: Sequence[Run] = ()
         if stage.counts is None:
             quotas = worker_quotas(
                 stage.batches_per_rank(world.world_size), world.num_workers, stage.batch_size

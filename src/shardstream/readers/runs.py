@@ -1,7 +1,7 @@
 """The reading node of a worker restored elastically: it reads the runs of samples it was dealt.
 
 After an elastic resume (see :mod:`shardstream.shards.elastic`) a DataLoader worker reads a list
-of :class:`~shardstream.shards.elastic.Unit` runs instead of its slot of the epoch plan or its
+of :class:`~shardstream.shards.runs.Run` runs instead of its slot of the epoch plan or its
 share of the shard list. The epoch planner and the shard reader both build this node when their
 restored state holds ``"units"``; the next epoch is planned normally for the new world.
 
@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..pipeline.base import StateDict
-from ..shards.elastic import Unit
+from ..shards.runs import Run
 from ..tar.grouping import Cursor
 from ._reading import ReadingNode
 
@@ -30,7 +30,7 @@ class UnitsNode(ReadingNode):
     def __init__(self, stage: Any, state: StateDict) -> None:
         super().__init__(None)
         self.stage = stage
-        self.units = [Unit.from_json(u) for u in state["units"]]
+        self.units = [Run.from_json(u) for u in state["units"]]
         self.unit = int(state.get("unit", 0))
         self.skip = int(state.get("skip", 0))  # samples of the current unit already yielded
         self.offset = int(state.get("offset", -1))  # where the next one starts, when known
@@ -65,7 +65,7 @@ class UnitsNode(ReadingNode):
             self.unit += 1
             self.skip = 0
 
-    def _read(self, unit: Unit) -> Iterator[dict[str, Any]]:
+    def _read(self, unit: Run) -> Iterator[dict[str, Any]]:
         if self.offset >= 0:  # resuming inside this unit at a known offset
             offset, drop = self.offset, 0
         elif unit.offset >= 0:

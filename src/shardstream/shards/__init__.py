@@ -4,12 +4,12 @@ from .plan import (
     GRANULARITIES,
     MODES,
     EpochPlan,
-    Piece,
     batches_per_rank,
     epoch_order,
     plan_epoch,
     worker_quotas,
 )
+from .runs import Run
 from .spec import expand_urls
 from .split import split_slice, take_every
 from .world import World, derive_seed
@@ -18,7 +18,7 @@ __all__ = [
     "GRANULARITIES",
     "MODES",
     "EpochPlan",
-    "Piece",
+    "Run",
     "World",
     "batches_per_rank",
     "derive_seed",

@@ -33,26 +33,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from ..errors import SplitError
+from .runs import Run
 from .world import derive_seed
 
-__all__ = ["MODES", "EpochPlan", "Piece", "batches_per_rank", "epoch_order", "plan_epoch", "worker_quotas"]
+__all__ = ["MODES", "EpochPlan", "batches_per_rank", "epoch_order", "plan_epoch", "worker_quotas"]
 
 MODES = ("equal", "exact", "resampled")
 GRANULARITIES = ("shard", "sample")
-
-
-@dataclass(frozen=True)
-class Piece:
-    """Samples ``[start, stop)`` of one shard, in shard order; ``pad`` marks exact-mode padding."""
-
-    url: str
-    start: int
-    stop: int
-    pad: bool = False
-
-    @property
-    def size(self) -> int:
-        return self.stop - self.start
 
 
 @dataclass(frozen=True)
@@ -60,7 +47,7 @@ class EpochPlan:
     """One epoch's assignment of samples to every ``(rank, worker)`` slot.
 
     Attributes:
-        slots: pieces per slot; slot ``rank * num_workers + worker``.
+        slots: runs of samples per slot; slot ``rank * num_workers + worker``.
         quotas: samples per slot (whole batches).
         batches_per_rank / samples_per_rank: the same for every rank.
         truncated: samples of the epoch that no slot reads (equal mode).
@@ -73,7 +60,7 @@ class EpochPlan:
     num_workers: int
     batch_size: int
     order: tuple[str, ...]
-    slots: tuple[tuple[Piece, ...], ...]
+    slots: tuple[tuple[Run, ...], ...]
     quotas: tuple[int, ...]
     batches_per_rank: int
     truncated: int = 0
@@ -83,7 +70,7 @@ class EpochPlan:
     def samples_per_rank(self) -> int:
         return self.batches_per_rank * self.batch_size
 
-    def slot(self, rank: int, worker: int) -> tuple[Piece, ...]:
+    def slot(self, rank: int, worker: int) -> tuple[Run, ...]:
         return self.slots[rank * self.num_workers + worker]
 
     def quota(self, rank: int, worker: int) -> int:
@@ -153,7 +140,7 @@ def plan_epoch(
     if world_size < 1 or num_workers < 1 or batch_size < 1:
         raise ValueError(f"{world_size=}, {num_workers=} and {batch_size=} must be at least 1")
     order = [i for i in epoch_order(len(urls), epoch, seed, shuffle) if counts[i] > 0]
-    shards = [Piece(urls[i], 0, counts[i]) for i in order]
+    shards = [Run(urls[i], 0, counts[i], pad=False) for i in order]
     total = sum(counts[i] for i in order)
     nb = batches_per_rank(total, world_size, batch_size, mode)
     if nb == 0:
@@ -188,7 +175,7 @@ def plan_epoch(
 class _Stream:
     """Cuts consecutive pieces from a sequence of segments (whole shards or parts of shards)."""
 
-    def __init__(self, segments: Sequence[Piece], pos: int = 0) -> None:
+    def __init__(self, segments: Sequence[Run], pos: int = 0) -> None:
         self.segments = segments
         self.total = sum(p.size for p in segments)
         self.index, self.offset = 0, 0
@@ -198,34 +185,38 @@ class _Stream:
                 self.offset -= segments[self.index].size
                 self.index += 1
 
-    def take(self, n: int, pad: bool = False) -> list[Piece]:
+    def take(self, n: int, pad: bool = False) -> list[Run]:
         """The next ``n`` samples, wrapping around at the end."""
-        pieces: list[Piece] = []
+        pieces: list[Run] = []
         while n > 0:
             seg = self.segments[self.index]
             k = min(n, seg.size - self.offset)
             first = seg.start + self.offset
-            pieces.append(Piece(seg.url, first, first + k, pad))
+            pieces.append(Run(seg.url, first, k, pad=pad))
             n -= k
             self.offset += k
             if self.offset == seg.size:
                 self.index, self.offset = (self.index + 1) % len(self.segments), 0
         return pieces
 
-    def rest(self) -> list[Piece]:
+    def rest(self) -> list[Run]:
         """The pieces not taken yet (up to the end, no wrap)."""
         if self.index == 0 and self.offset == 0:
             return []  # everything or nothing taken; callers only ask after a partial take
         seg = self.segments[self.index]
-        head = [Piece(seg.url, seg.start + self.offset, seg.stop)] if self.offset else [seg]
+        head = (
+            [Run(seg.url, seg.start + self.offset, seg.size - self.offset, pad=seg.pad)]
+            if self.offset
+            else [seg]
+        )
         return head + list(self.segments[self.index + 1 :])
 
 
 def _exact(
-    shards: Sequence[Piece], total: int, world_size: int, per_rank: Sequence[int]
-) -> tuple[tuple[tuple[Piece, ...], ...], int]:
+    shards: Sequence[Run], total: int, world_size: int, per_rank: Sequence[int]
+) -> tuple[tuple[tuple[Run, ...], ...], int]:
     stream = _Stream(shards)
-    slots: list[tuple[Piece, ...]] = []
+    slots: list[tuple[Run, ...]] = []
     padded = 0
     start = 0
     for rank in range(world_size):
@@ -242,8 +233,8 @@ def _exact(
 
 
 def _by_shard(
-    shards: Sequence[Piece], quotas: Sequence[int], world_size: int, num_workers: int, batch_size: int
-) -> tuple[tuple[tuple[Piece, ...], ...], int]:
+    shards: Sequence[Run], quotas: Sequence[int], world_size: int, num_workers: int, batch_size: int
+) -> tuple[tuple[tuple[Run, ...], ...], int]:
     active = [s for s, q in enumerate(quotas) if q > 0]
     if len(shards) < len(active):
         raise SplitError(
@@ -253,7 +244,7 @@ def _by_shard(
             f"{max(1, len(shards) // world_size)} workers per rank, split='resampled', or more shards "
             f"(batch_size={batch_size})."
         )
-    assigned: list[list[Piece]] = [[] for _ in quotas]
+    assigned: list[list[Run]] = [[] for _ in quotas]
     load = [0] * len(quotas)
     # Largest remaining deficit first, readers without a shard before all others; the shuffled
     # order makes the assignment change every epoch while the quotas stay the same.
@@ -267,15 +258,15 @@ def _by_shard(
     # Cut every slot to its quota. What the full slots leave over (the tail of their last shard,
     # and any shard after it) tops up the short slots, so no sample is read twice; only those
     # top-up pieces may start inside a shard.
-    cut: list[list[Piece]] = []
-    spare: list[Piece] = []
+    cut: list[list[Run]] = []
+    spare: list[Run] = []
     for s, quota in enumerate(quotas):
         stream = _Stream(assigned[s])
         cut.append(stream.take(min(quota, load[s])))
         if load[s] > quota:
             spare.extend(stream.rest() if quota else assigned[s])
     spare_stream = _Stream(spare)
-    slots: list[tuple[Piece, ...]] = []
+    slots: list[tuple[Run, ...]] = []
     for s, quota in enumerate(quotas):
         missing = quota - min(quota, load[s])
         slots.append(tuple(cut[s] + (spare_stream.take(missing) if missing else [])))
