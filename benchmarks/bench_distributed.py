@@ -125,10 +125,10 @@ def run_ranks(world_size: int, urls: list[str], scratch: Path) -> list[dict[str,
 def first_batch_seconds(urls: list[str]) -> float:
     """Build the dataset and take one batch in this process (0 DataLoader workers)."""
     import shardstream as wds
-    from shardstream.shards import counts
+    from shardstream.readers.counts import clear_cache
     from shardstream.shards.world import World
 
-    counts.clear_cache()
+    clear_cache()  # the counting pass's per-process cache: every round counts afresh
     start = time.perf_counter()
     dataset = wds.WebDataset(urls, split="equal", batch_size=BATCH, world=World(rank=0, world_size=2))
     it = iter(dataset.to_tuple("txt").batched(BATCH))

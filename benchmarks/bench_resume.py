@@ -7,7 +7,8 @@ A training run restarted from a checkpoint needs the loader back at the same sam
   workaround: exact, but costs reading everything before the cursor);
 * **shardstream resume**: ``WebLoader.load_state_dict(state)``: shards before the cursor are not
   opened, the shard in progress is opened at the saved byte offset, and a shuffle buffer is
-  refilled with one ranged read per buffered sample.
+  refilled by one forward read per shard it holds samples of, from the first saved offset in
+  that shard (a buffer of 1,000 samples from a few shards costs a few reads, not 1,000).
 
 Measured at 10%, 50% and 90% of an epoch, local shards (page cache warm) and the same shards on
 a local SeaweedFS S3 server (``--s3``, ranged GETs), with ``num_workers`` 0 and 2; plus the

@@ -2,7 +2,7 @@
 
 ``ShardCache`` is the implementation (see ``store``); ``CachedSource`` (and ``cached_source``)
 present it as a :class:`~shardstream.sources.Source` layer over another source, ranged reads
-included (see ``source``); ``make_cache_opener`` is the older opener-style entry point. The
+included (see ``source``). The
 WebDataset 1.0.2 names of ``webdataset.cache`` (``FileCache``, ``LRUCleanup``, ``pipe_cleaner``,
 ...) are provided with the same signatures. ``default_cache_dir`` / ``default_cache_size`` are
 read from the environment when accessed, not at import.
@@ -27,7 +27,7 @@ from .lock import LockTiming, ShardLock
 from .naming import cache_name, pipe_cleaner, url_to_cache_name
 from .source import CachedSource, cached_source
 from .stats import CacheStats
-from .store import ShardCache, make_cache_opener
+from .store import ShardCache
 
 __all__ = [
     "CacheStats",
@@ -46,7 +46,6 @@ __all__ = [
     "get_filetype",
     "islocal",
     "magic_filetype",
-    "make_cache_opener",
     "pipe_cleaner",
     "plan_eviction",
     "url_to_cache_name",

@@ -49,7 +49,7 @@ from .naming import NameFunction, cache_name, check_name
 from .owner import Owner
 from .stats import CacheStats, CounterFile
 
-__all__ = ["ShardCache", "make_cache_opener"]
+__all__ = ["ShardCache"]
 
 log = logging.getLogger("shardstream.cache")
 
@@ -354,29 +354,3 @@ class ShardCache:
             if lock.held:
                 lock.release()
             raise
-
-
-def make_cache_opener(
-    *,
-    cache_dir: str | None,
-    cache_size: int | None = None,
-    url_to_name: NameFunction | None = None,
-    storage_options: Mapping[str, Any] | None = None,
-    allow_pipe: bool = False,
-    **options: Any,
-) -> ShardCache | None:
-    """The opener for ``WebDataset(cache_dir=..., cache_size=...)``; ``None`` means no cache.
-
-    No cache when ``cache_dir`` is ``None`` or ``cache_size == 0`` (as in WebDataset). A negative
-    or ``None`` size means unlimited. Extra ``options`` go to :class:`ShardCache`.
-    """
-    if cache_dir is None or cache_size == 0:
-        return None
-    return ShardCache(
-        cache_dir,
-        cache_size=cache_size,
-        url_to_name=url_to_name,
-        storage_options=storage_options,
-        allow_pipe=allow_pipe,
-        **options,
-    )
