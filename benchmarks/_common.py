@@ -265,7 +265,10 @@ def build_image_dataset(
     root: Path, count: int = IMAGE_SPEC[0], shards: int = IMAGE_SPEC[1], size: int = 256
 ) -> list[str]:
     """``count`` ``size``x``size`` JPEG samples with a ``cls`` label in ``shards`` shards (cached)."""
-    directory = root / "images"
+    # Other shapes get their own directory: benchmarks that share bench-data do not rebuild
+    # each other's images every run.
+    default = (count, shards, size) == (*IMAGE_SPEC, 256)
+    directory = root / ("images" if default else f"images-{count}-{shards}-{size}")
     params = {"kind": "images", "count": count, "shards": shards, "size": size, "version": 1}
     if not _ready(directory, params):
 

@@ -86,7 +86,7 @@ if _TYPE_CHECKING:
         warn_and_continue,
         warn_and_stop,
     )
-    from .loader import worker_context
+    from .loader import Loader, worker_context
     from .loader.loader import WebLoader
     from .pipeline.annotate import associate, info
     from .pipeline.base import (
@@ -156,7 +156,7 @@ _MODULES: dict[str, str] = {
     "shardstream.handlers": (
         "ignore_and_continue ignore_and_stop reraise_exception warn_and_continue warn_and_stop"
     ),
-    "shardstream.loader": "worker_context",
+    "shardstream.loader": "Loader worker_context",
     "shardstream.loader.loader": "WebLoader",
     "shardstream.pipeline.base": (
         "FunctionStage MapStage Node PipelineStage RunContext Stage pipelinefilter"
@@ -209,6 +209,7 @@ __all__ = [
     "CachedSource",
     "Dataset",
     "EpochPlan",
+    "Loader",
     "ObjectDataset",
     "ObjectStream",
     "SchemeRouter",

@@ -144,3 +144,32 @@ def test_resume_at_90_percent_over_http_reads_only_the_shard_in_progress(
     assert len(headers) == 1 and headers[0] is not None and headers[0].startswith("bytes=")
     offset = int(headers[0].split("=")[1].split("-")[0])
     assert 0 < offset < sizes[path]
+
+
+def test_a_worker_that_finished_its_share_stays_finished_after_a_restore(tmp_path: Path) -> None:
+    # Regression: with DataLoader batching and uneven shards, one worker runs out first; its state
+    # then names the next epoch, and the restored loader re-ran that whole epoch in its place.
+    from _loader_cases import pipeline
+    from _loader_cases import write_shards as write_uneven
+
+    uneven = write_uneven(tmp_path)
+
+    def make_loader() -> ss.WebLoader:
+        return ss.WebLoader(pipeline("shuffled", uneven), batch_size=4, num_workers=2)
+
+    full = [keys(b) for b in make_loader()]
+    for n in (len(full) - 3, len(full) - 1):
+        loader = make_loader()
+        it = iter(loader)
+        for _ in range(n):
+            next(it)
+        state = json.loads(json.dumps(loader.state_dict()))
+        loader.close()
+        assert {"epoch": 1} in state["workers"], "the cut is after one worker's last batch"
+        resumed = make_loader()
+        resumed.load_state_dict(state)
+        assert full[:n] + [keys(b) for b in resumed] == full
+        # Elastically, with one worker: the finished worker's share is not read again.
+        elastic = ss.WebLoader(pipeline("shuffled", uneven), batch_size=4, num_workers=1)
+        elastic.load_state_dict(state)
+        assert sorted(k for b in elastic for k in keys(b)) == sorted(k for b in full[n:] for k in b)

@@ -8,7 +8,13 @@ from ..shards.world import World
 from .base import RunContext, StateDict
 from .iterable import in_worker
 
-__all__ = ["EpochOwner"]
+__all__ = ["EpochOwner", "finished_epoch"]
+
+
+def finished_epoch(state: StateDict | None, epoch: int) -> bool:
+    """Whether a worker's saved ``state`` says it had yielded everything of ``epoch``: a position
+    taken after a pass ends names the next epoch and nothing else."""
+    return state is not None and set(state) == {"epoch"} and int(state["epoch"]) > epoch
 
 
 class EpochOwner:
@@ -102,5 +108,9 @@ class EpochOwner:
         epoch, state = int(plan["epoch"]), plan["states"][worker]
         self._role = (epoch, int(plan["roles"][worker]))
         self._restore = dict(state) if state is not None else {"epoch": epoch}
+        if finished_epoch(state, epoch):
+            # The worker this one replaces had yielded its whole share of the epoch (its state
+            # already names the next one): this worker yields nothing more in it.
+            self._restore = {"epoch": epoch, "finished": True}
 
     # -- running --------------------------------------------------------------------------------

@@ -34,6 +34,7 @@ from __future__ import annotations
 import functools
 import inspect
 import random
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -45,6 +46,7 @@ from ..telemetry.stats import StageStats
 
 if TYPE_CHECKING:
     from ..telemetry.recorder import Recorder
+    from .parallel import Threads
 
 __all__ = [
     "DrawNode",
@@ -78,6 +80,8 @@ class RunContext:
     seed: int | None = None
     #: The pipeline's telemetry recorder when telemetry is on (:mod:`shardstream.telemetry.recorder`).
     telemetry: Recorder | None = field(default=None, compare=False, repr=False)
+    #: The pool that runs per-sample stages when a loader asks for threads (``pipeline/parallel.py``).
+    threads: Threads | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def detect(cls, epoch: int = 0, seed: int | None = None, world: World | None = None) -> RunContext:
@@ -285,14 +289,36 @@ PipelineStage = Stage
 
 
 class _MapNode(Node):
-    def __init__(self, stage: MapStage, upstream: Node, ctx: RunContext) -> None:
+    def __init__(
+        self, stage: MapStage, upstream: Node, ctx: RunContext, state: StateDict | None = None
+    ) -> None:
         super().__init__(upstream)
         self.fn = stage.function(ctx)
         self.tell = upstream.tell
-        self._it = guarded(upstream, self.fn, stage.handler, stage.stats, stage.drop_none)
+        #: Items pulled by threaded map stages, not yielded when saved (parallel.py): first, again.
+        self.pending: deque[Any] = deque((state or {}).get("pending", []))
+        self.src: Iterable[Any] = upstream
+        if self.pending:
+            self.src = self._replaying(upstream)
+            if upstream.tell is not None:
+                self.tell = self._tell
+        self._it = guarded(self.src, self.fn, stage.handler, stage.stats, stage.drop_none)
+
+    def _replaying(self, upstream: Node) -> Iterator[Any]:
+        self.replaying, self.current = True, None
+        for item in upstream.items_at(list(self.pending)):
+            self.current = self.pending.popleft()
+            yield item
+        self.replaying = False
+        yield from upstream
+
+    def _tell(self) -> Any:
+        assert self.upstream is not None and self.upstream.tell is not None
+        return self.current if self.replaying else self.upstream.tell()
 
     def state_dict(self) -> StateDict:
-        return {}  # one item in, one out: nothing is held between two items
+        # {} once replayed: one item in, one out, nothing is held between two items.
+        return {"pending": list(self.pending)} if self.pending else {}
 
     def item_at(self, token: Any) -> Any:
         assert self.upstream is not None
@@ -320,7 +346,7 @@ class MapStage(Stage):
     def build(self, upstream: Node | None, ctx: RunContext, state: StateDict | None = None) -> Node:
         if upstream is None:
             raise StateError(f"{type(self).__name__} needs an upstream stage")
-        return _MapNode(self, upstream, ctx)
+        return _MapNode(self, upstream, ctx, state)
 
 
 class _FunctionNode(Node):

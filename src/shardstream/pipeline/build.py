@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-from .base import FunctionStage, IterNode, Node, RunContext, Stage, StateDict
+from ..errors import StateError
+from .base import FunctionStage, IterNode, MapStage, Node, RunContext, Stage, StateDict
+from .instrument import instrument
+from .parallel import build_parallel
 
-__all__ = ["ChainNode", "Pass", "build_one"]
+__all__ = ["ChainNode", "Pass", "build_nodes", "build_one"]
 
 
 class ChainNode(Node):
@@ -58,3 +61,41 @@ def build_one(f: Any, upstream: Node | None, ctx: RunContext, state: StateDict |
     if callable(f):
         return FunctionStage(f).build(upstream, ctx, state)
     raise TypeError(f"{f!r} is not a pipeline stage: stages are callables taking an iterator")
+
+
+def build_nodes(
+    stages: Sequence[Any], upstream: Node | None, ctx: RunContext, states: list[StateDict] | None
+) -> list[Node]:
+    """One node per stage for one pass (``states``: the saved ones, one per stage), timed when
+    telemetry is on; with ``ctx.threads``, each run of map stages is one node on those threads."""
+    if states is not None and len(states) != len(stages):
+        raise StateError(
+            f"the saved state has {len(states)} stages but this pipeline has {len(stages)}; "
+            "restore it into the pipeline it was saved from"
+        )
+    nodes: list[Node] = []
+    node, i = upstream, 0
+    while i < len(stages):
+        f, state = stages[i], states[i] if states is not None else None
+        try:
+            if ctx.threads is not None and node is not None and isinstance(f, MapStage):
+                # A run of per-sample stages: one node on the loader's threads (parallel.py).
+                j = i + 1
+                while j < len(stages) and isinstance(stages[j], MapStage):
+                    j += 1
+                run = build_parallel(stages[i:j], node, ctx, state)
+                node, f, i = run[-1], stages[j - 1], j
+                nodes.extend(run[:-1])
+            else:
+                node = build_one(f, node, ctx, state)
+                i += 1
+            if ctx.telemetry is not None:
+                instrument(ctx.telemetry, node, f)
+        except BaseException:
+            for built in reversed(nodes):
+                built.close()
+            raise
+        nodes.append(node)
+    if not nodes:
+        raise ValueError("an empty DataPipeline has no source; pass a shard list or dataset first")
+    return nodes

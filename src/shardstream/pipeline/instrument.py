@@ -39,9 +39,7 @@ def instrument(rec: Recorder, node: Node, stage: Any) -> None:
     if mapped:
         assert isinstance(node, _MapNode) and node.upstream is not None
         up = _unlayer(rec, node.upstream)
-        node._it = timed_map(
-            node.upstream, node.fn, stage.handler, stage.stats, stage.drop_none, slot, rec, up
-        )
+        node._it = timed_map(node.src, node.fn, stage.handler, stage.stats, stage.drop_none, slot, rec, up)
         return
     if kind == "read" and isinstance(node, ReadsSource):
         rec.watch(node.read_through(lambda source: TimedSource(source, rec)))

@@ -17,10 +17,11 @@ from ..shards.world import World
 from ..telemetry.recorder import Recorder, enable, fresh, resolve
 from ._epochs import EpochOwner
 from .base import Node, RunContext, StateDict
-from .build import ChainNode, Pass, build_one
-from .instrument import consumer, instrument, pipeline_stats
+from .build import ChainNode, Pass, build_nodes
+from .instrument import consumer, pipeline_stats
 from .iterable import IterableDatasetBase, in_worker
 from .labels import skip_counters
+from .parallel import Threads
 
 __all__ = ["DataPipeline"]
 
@@ -32,6 +33,11 @@ def _close(it: object) -> None:
     close = getattr(it, "close", None)
     if close is not None:
         close()
+
+
+def _nothing() -> Iterator[Any]:
+    """An empty pass (a generator: it can be closed and weakly referenced like the others)."""
+    yield from ()
 
 
 class DataPipeline(EpochOwner, IterableDatasetBase):  # type: ignore[type-arg]
@@ -80,6 +86,7 @@ class DataPipeline(EpochOwner, IterableDatasetBase):  # type: ignore[type-arg]
         self._worker_restore: dict[str, Any] | None = None
         self._role: tuple[int, int] | None = None  # (epoch, worker index it stands in for)
         self._running: weakref.WeakSet[Iterator[Any]] = weakref.WeakSet()
+        self._threads: Threads | None = None  # per-sample stages on these threads (a loader's)
         for arg in args:
             if arg is None:
                 continue
@@ -118,27 +125,7 @@ class DataPipeline(EpochOwner, IterableDatasetBase):  # type: ignore[type-arg]
     def _build_nodes(
         self, upstream: Node | None, ctx: RunContext, states: list[StateDict] | None
     ) -> list[Node]:
-        if states is not None and len(states) != len(self.pipeline):
-            raise StateError(
-                f"the saved state has {len(states)} stages but this pipeline has {len(self.pipeline)}; "
-                "restore it into the pipeline it was saved from"
-            )
-        nodes: list[Node] = []
-        node = upstream
-        for i, f in enumerate(self.pipeline):
-            state = states[i] if states is not None else None
-            try:
-                node = build_one(f, node, ctx, state)
-                if ctx.telemetry is not None:
-                    instrument(ctx.telemetry, node, f)
-            except BaseException:
-                for built in reversed(nodes):
-                    built.close()
-                raise
-            nodes.append(node)
-        if not nodes:
-            raise ValueError("an empty DataPipeline has no source; pass a shard list or dataset first")
-        return nodes
+        return build_nodes(self.pipeline, upstream, ctx, states)
 
     # -- running (epoch numbering and run contexts: _epochs.EpochOwner) ---------------------------
     def _pass(self, epoch: int, states: list[StateDict] | None, replay: int = 0) -> Iterator[Any]:
@@ -148,6 +135,8 @@ class DataPipeline(EpochOwner, IterableDatasetBase):  # type: ignore[type-arg]
         recorder = self._telemetry = resolve(self._telemetry)
         if recorder:
             ctx = dataclasses.replace(ctx, telemetry=recorder.begin_pass())
+        if self._threads is not None:
+            ctx = dataclasses.replace(ctx, threads=self._threads)
         nodes = live.nodes = self._build_nodes(None, ctx, states)
         if recorder:
             consumer(recorder, nodes[-1])
@@ -180,6 +169,12 @@ class DataPipeline(EpochOwner, IterableDatasetBase):  # type: ignore[type-arg]
 
     def iterator1(self) -> Iterator[Any]:
         """One pass over the source, from a restored state if one was loaded."""
+        if self._restore is not None and self._restore.get("finished"):
+            # a worker restored in place of one that had finished the epoch (_epochs.py)
+            self.epoch, self._restore, self._next_epoch = int(self._restore["epoch"]), None, None
+            self._live = Pass(self.epoch)
+            self._live.done = True
+            return _nothing()
         epoch, states, replay = self._start()
         self._live = Pass(epoch)  # started: a state taken now names this epoch's beginning
         return self._pass(epoch, states, replay)
@@ -236,6 +231,11 @@ class DataPipeline(EpochOwner, IterableDatasetBase):  # type: ignore[type-arg]
                 yield sample
             if count == 0 and not resumed:
                 return  # an empty pass: do not spin forever
+
+    def use_threads(self, threads: Threads | None) -> None:
+        """Run the per-sample stages of the passes started from now on ``threads`` (in order;
+        ``None``: in the iterating thread). Set by ``ss.Loader``; the output is the same."""
+        self._threads = threads
 
     # -- state ----------------------------------------------------------------------------------
     def state_dict(self) -> StateDict:
@@ -385,6 +385,7 @@ class DataPipeline(EpochOwner, IterableDatasetBase):  # type: ignore[type-arg]
         state["_running"] = None
         state["_continuing"] = None
         state["_live"] = None
+        state["_threads"] = None  # a pool belongs to the process that made it
         if self.world is None:
             live = World.current()
             if not in_worker():  # pickled in the main process: record its rank for workers

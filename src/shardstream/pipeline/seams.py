@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 if TYPE_CHECKING:
     from ..sources import Source
     from .base import RunContext, StateDict
+    from .parallel import Threads
 
 __all__ = ["LoaderDataset", "ReadsSource", "Stateful"]
 
@@ -61,6 +62,8 @@ class LoaderDataset(Stateful, Protocol):
     def with_telemetry(self, enabled: bool = True, *, log_interval: float | None = None) -> Any: ...
 
     def telemetry_on(self) -> bool: ...
+
+    def use_threads(self, threads: Threads | None) -> None: ...
 
 
 @runtime_checkable

@@ -11,8 +11,8 @@ order is new.
 
 Only positions that can be re-split exactly are accepted: a pipeline reading with the epoch
 planner (``split="equal"``/``"exact"``) or a shard list and ``ReadShards``, where the stages after
-the reader hold no state but a shuffle buffer. Anything else raises :class:`StateError` naming
-the stage.
+the reader hold no state but a shuffle buffer and the items map stages on threads had pulled
+(both saved as positions). Anything else raises :class:`StateError` naming the stage.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import StateError
-from ..pipeline.base import Node, RunContext, StateDict
+from ..pipeline._epochs import finished_epoch
+from ..pipeline.base import MapStage, Node, RunContext, StateDict
 from ..pipeline.build import build_one
 from ..pipeline.shuffle import Shuffle
 from ..shards.elastic import cut, deal, slot_quotas
@@ -51,6 +52,8 @@ def remaining(
 ) -> list[Run]:
     """The samples of ``epoch`` that ``world``'s (rank, worker) had not yielded at ``state``
     (``batch_size``: the planner's batch size in the old run, when it differs from this one's)."""
+    if finished_epoch(state, epoch):
+        return []  # that worker had yielded all of its share
     state = state or {}
     for key in ("replay", "taken", "pass"):
         if state.get(key):
@@ -76,6 +79,9 @@ def remaining(
     for stage, node_state in zip(pipeline.pipeline[index + 1 :], nodes[index + 1 :], strict=True):
         if isinstance(stage, Shuffle) and node_state:
             buffered.extend(locate(token) for token in node_state.get("buffer", []))
+        elif isinstance(stage, MapStage) and node_state and set(node_state) == {"pending"}:
+            # items map stages on threads had pulled and not yielded (pipeline/parallel.py)
+            buffered.extend(locate(token) for token in node_state["pending"])
         elif node_state is not None and node_state not in _TRIVIAL:
             raise StateError(
                 f"stage {type(stage).__name__} after the reader holds a position ({str(node_state)[:80]}) "

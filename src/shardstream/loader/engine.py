@@ -1,0 +1,371 @@
+"""``ss.Loader``: the native loader, with threads in one process, worker processes, or both.
+
+* ``num_workers=0`` (thread mode): a producer thread reads and batches (``threads.py``); the
+  pipeline's per-sample stages run on ``num_threads`` threads, in order. No process starts, no
+  batch crosses a process boundary, and batches are exactly the one-thread ones.
+* ``num_workers=M``: ``M`` worker processes, each running its share of the epoch as a DataLoader
+  worker does (started the fork-safe way of ``_start.py``, persistent by default), each with
+  ``num_threads`` threads for its per-sample stages.
+
+The state (``state_dict``/``load_state_dict``) has the format of :class:`WebLoader`'s
+(``_state.py``): exact with the same ``num_workers`` and world, elastic otherwise; ``num_threads``
+never enters it (a state saved with any number of threads restores with any other).
+
+``pin_memory=True`` pins every batch's tensors in the producer; ``device="cuda"`` copies the next
+batch to the device on a side CUDA stream while the training loop works on the current one. Both
+are no-ops without CUDA.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from ..errors import StateError
+from ..pipeline.batch import default_collation_fn
+from ..pipeline.parallel import Threads
+from ..pipeline.seams import LoaderDataset
+from ._state import VERSION, Live, fingerprint, restore_plan
+from .threads import EpochRun
+
+__all__ = ["Loader"]
+
+log = logging.getLogger(__name__)
+
+
+def _convert(data: Any) -> Any:
+    """numpy arrays to torch tensors without a copy, as a DataLoader does (identity without torch)."""
+    try:
+        from torch.utils.data import default_convert
+    except ImportError:
+        return data
+    return default_convert(data)
+
+
+class _Collate:
+    """The default batch maker: :func:`default_collation_fn`, then tensors (as DataLoader's)."""
+
+    def __call__(self, samples: Any) -> Any:
+        return _convert(default_collation_fn(samples))
+
+
+class Loader:
+    """Batches from a shardstream pipeline for a training loop (see the module docstring).
+
+    Args:
+        dataset: a shardstream pipeline (``Dataset``, ``WebDataset``, ``ObjectStream``,
+            ``DataPipeline``, video clips, ...).
+        batch_size: samples per batch; ``None`` when the pipeline batches (``.batched(n)``).
+        num_threads: threads for the per-sample stages (decode, map, to_tuple), per process.
+        num_workers: worker processes (0: everything in this process).
+        collate_fn: makes a batch from a list of samples (``batch_size`` set) or converts one
+            item (``batch_size=None``); default: stack arrays, numbers to arrays, then torch
+            tensors when torch is installed.
+        drop_last: drop the last batch of an epoch when it is short.
+        prefetch_factor: batches made ahead (per worker in process mode).
+        pin_memory: pin batches' tensors (faster copies to the GPU); needs CUDA, else ignored.
+        device: copy every batch to this device, the next one on a side stream while the
+            current one is used (``"cuda"``, ``"cuda:1"``); ``None``: stay on the CPU.
+        persistent_workers: keep worker processes between epochs (process mode).
+        telemetry: time per stage (as ``WebLoader(telemetry=)``).
+    """
+
+    def __init__(
+        self,
+        dataset: Any,
+        batch_size: int | None = None,
+        *,
+        num_threads: int = 1,
+        num_workers: int = 0,
+        collate_fn: Callable[[Any], Any] | None = None,
+        drop_last: bool = False,
+        prefetch_factor: int = 2,
+        pin_memory: bool = False,
+        device: Any = None,
+        persistent_workers: bool = True,
+        telemetry: bool | None = None,
+    ) -> None:
+        if not isinstance(dataset, LoaderDataset):
+            raise TypeError(
+                f"ss.Loader runs shardstream pipelines (Dataset, WebDataset, DataPipeline, ObjectStream); "
+                f"got {type(dataset).__name__}. Wrap other iterables in DataPipeline(iterable, ...)"
+            )
+        if num_threads < 1 or num_workers < 0:
+            raise ValueError(f"{num_threads=} must be at least 1 and {num_workers=} at least 0")
+        if batch_size is not None and batch_size < 1:
+            raise ValueError(f"batch_size={batch_size} must be at least 1, or None")
+        self.dataset: Any = dataset
+        self.batch_size, self.num_threads, self.num_workers = batch_size, num_threads, num_workers
+        self.drop_last, self.prefetch_factor = drop_last, max(1, prefetch_factor)
+        self.collate_fn: Callable[[Any], Any] = collate_fn or (_Collate() if batch_size else _convert)
+        self.pin_memory, self.device = pin_memory, device
+        if telemetry is not None:
+            dataset.with_telemetry(telemetry)
+        self._threads: Threads | None = None
+        self._runs: weakref.WeakSet[_Batches] = weakref.WeakSet()
+        self._pending: dict[str, Any] | None = None
+        self._live: Live | None = None
+        self._workers: Any = None  # process mode: the WebLoader that runs the worker processes
+        if num_workers > 0:
+            from .loader import WebLoader
+            from .processes import ThreadedWorkers
+
+            self._workers = WebLoader(
+                dataset,
+                batch_size=batch_size,
+                num_workers=num_workers,
+                collate_fn=self.collate_fn if collate_fn else None,
+                drop_last=drop_last,
+                prefetch_factor=self.prefetch_factor,
+                persistent_workers=persistent_workers,
+                pin_memory=pin_memory,
+                worker_init_fn=ThreadedWorkers(num_threads) if num_threads > 1 else None,
+            )
+        self._owned: list[Any] = []  # what close() (or garbage collection) stops: the thread pool
+        weakref.finalize(self, _close_all, self._runs, self._owned)
+
+    # -- iterating -------------------------------------------------------------------------------
+    def __iter__(self) -> Iterator[Any]:
+        if self._workers is not None:
+            return _to_device(iter(self._workers), self.device)
+        for run in list(self._runs):  # a new epoch ends the one still running
+            run.close()
+        dataset = self.dataset
+        epoch, seen = -1, [None]
+        if self._pending is not None:
+            plan, self._pending = self._pending["plan"], None
+            epoch, seen = int(plan["epoch"]), list(plan["workers"])
+            dataset.load_state_dict(seen[0] if seen[0] is not None else {"epoch": epoch})
+            dataset.set_epoch(epoch)
+            dataset.begin_epoch()
+        else:
+            epoch = dataset.begin_epoch()
+        if self.num_threads > 1 and self._threads is None:
+            self._threads = Threads(self.num_threads)
+            self._owned.append(self._threads)
+        dataset.use_threads(self._threads)
+        live = self._live = Live(epoch, [0], seen)
+        batches = _Batches(self, live)
+        self._runs.add(batches)
+        return _to_device(batches, self.device)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Use ``epoch`` for the next ``iter()``."""
+        self.dataset.set_epoch(epoch)
+
+    def __len__(self) -> int:
+        if self._workers is not None:
+            return len(self._workers)
+        n = len(self.dataset)
+        if self.batch_size is None:
+            return n
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    # -- state -----------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """The position after the last batch yielded (``WebLoader``'s format; see ``_state.py``)."""
+        if self._workers is not None:
+            return dict(self._workers.state_dict())
+        if self._pending is not None:
+            return dict(self._pending["state"])
+        dataset = self.dataset
+        world = dataset.context(0).world
+        state: dict[str, Any] = {
+            "version": VERSION,
+            "fingerprint": fingerprint(dataset, self.batch_size),
+            "rank": world.rank,
+            "world_size": world.world_size,
+            "num_workers": 0,
+        }
+        live = self._live
+        if live is None or live.finished:
+            epoch = (live.epoch + 1) if live is not None else dataset.next_epoch()
+            return {**state, "epoch": epoch, "next_worker": 0, "workers": [None]}
+        return {**state, "epoch": live.epoch, "next_worker": 0, "workers": list(live.seen)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from ``state`` at the next ``iter()`` (exact, or elastic from another
+        ``num_workers`` or world size with the same global batch).
+
+        Raises:
+            StateError: the state is from another dataset or loader, or this loader is iterating.
+        """
+        if self._workers is not None:
+            self._workers.load_state_dict(state)
+            return
+        if self._live is not None and not self._live.finished and any(not r.closed for r in self._runs):
+            raise StateError(
+                "load_state_dict() was called while this loader is iterating; call it before iter()"
+            )
+        world = self.dataset.context(0).world
+        expected = fingerprint(self.dataset, self.batch_size)
+        plan = restore_plan(
+            state, self.dataset, expected, rank=world.rank, world_size=world.world_size, num_workers=0
+        )
+        self._pending = {"state": state, "plan": plan}
+
+    # -- stopping --------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Stop every running epoch, join every thread, shut worker processes down."""
+        if self._workers is not None:
+            self._workers.close()
+        _close_all(self._runs, self._owned)
+        self._threads = None
+
+    def __enter__(self) -> Loader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _Batches:
+    """One epoch's iterator in thread mode: batches from an :class:`EpochRun`, positions recorded."""
+
+    def __init__(self, loader: Loader, live: Live) -> None:
+        self.live = live
+        self.closed = False
+        self.run = EpochRun(
+            loader.dataset,
+            batch_size=loader.batch_size,
+            collate=loader.collate_fn if not loader.pin_memory else _Pinning(loader.collate_fn),
+            drop_last=loader.drop_last,
+            prefetch=loader.prefetch_factor,
+            threads=loader._threads,
+        )
+
+    def __iter__(self) -> _Batches:
+        return self
+
+    def __next__(self) -> Any:
+        if self.closed:
+            raise StopIteration
+        try:
+            got = self.run.get()
+        except BaseException:
+            self.close()
+            raise
+        if got is None:
+            self.live.finished = True
+            self.close()
+            raise StopIteration
+        batch, position = got
+        self.live.record(0, position)
+        self.live.yielded += 1
+        return batch
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.run.close()
+
+    def __del__(self) -> None:
+        self.close()
+
+
+class _Pinning:
+    """Collate, then pin the batch's tensors (when CUDA is there)."""
+
+    def __init__(self, collate: Callable[[Any], Any]) -> None:
+        self.collate = collate
+
+    def __call__(self, samples: Any) -> Any:
+        return _pin(self.collate(samples))
+
+
+def _cuda() -> Any:
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch if torch.cuda.is_available() else None
+
+
+def _pin(data: Any) -> Any:
+    torch = _cuda()
+    if torch is None:
+        return data
+    from torch.utils.data._utils.pin_memory import pin_memory
+
+    return pin_memory(data)  # type: ignore[no-untyped-call]
+
+
+def _move(data: Any, device: Any) -> Any:
+    if hasattr(data, "to") and type(data).__module__.startswith("torch"):
+        return data.to(device, non_blocking=True)
+    if isinstance(data, dict):
+        return {k: _move(v, device) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        moved = [_move(v, device) for v in data]
+        return type(data)(moved) if isinstance(data, tuple) and not hasattr(data, "_fields") else moved
+    return data
+
+
+def _to_device(batches: Iterator[Any], device: Any) -> Iterator[Any]:
+    """``batches``, each copied to ``device`` one batch ahead on a side CUDA stream (as is when
+    ``device`` is ``None`` or CUDA is missing)."""
+    torch = _cuda() if device is not None else None
+    if torch is None:
+        if device is not None and str(device).startswith("cuda"):
+            log.warning("device=%r was asked for but CUDA is not available: batches stay on the CPU", device)
+        return batches
+    return _Prefetch(batches, torch, torch.device(device))
+
+
+class _Prefetch:
+    """Copies batch ``k + 1`` on a side stream while batch ``k`` is in use."""
+
+    def __init__(self, batches: Iterator[Any], torch: Any, device: Any) -> None:
+        self.batches, self.torch, self.device = iter(batches), torch, device
+        self.stream = torch.cuda.Stream(device=device)
+        self.next: Any = None
+        self.done = False
+        self._advance()
+
+    def _advance(self) -> None:
+        try:
+            host = next(self.batches)
+        except StopIteration:
+            self.done = True
+            return
+        with self.torch.cuda.stream(self.stream):
+            self.next = _move(host, self.device)
+
+    def __iter__(self) -> _Prefetch:
+        return self
+
+    def __next__(self) -> Any:
+        if self.done:
+            raise StopIteration
+        self.torch.cuda.current_stream(self.device).wait_stream(self.stream)
+        batch = self.next
+        _record(batch, self.torch)
+        self._advance()
+        return batch
+
+    def close(self) -> None:
+        close = getattr(self.batches, "close", None)
+        if close is not None:
+            close()
+
+
+def _record(data: Any, torch: Any) -> None:
+    """Tell the caching allocator that ``data`` is used on the current stream now."""
+    if isinstance(data, torch.Tensor):
+        data.record_stream(torch.cuda.current_stream(data.device))
+    elif isinstance(data, dict):
+        for v in data.values():
+            _record(v, torch)
+    elif isinstance(data, (list, tuple)):
+        for v in data:
+            _record(v, torch)
+
+
+def _close_all(runs: weakref.WeakSet[_Batches], owned: list[Any]) -> None:
+    for run in list(runs):
+        run.close()
+    for thing in owned:
+        thing.close()
+    owned.clear()

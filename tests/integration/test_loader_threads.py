@@ -1,0 +1,223 @@
+"""ss.Loader: thread mode gives the one-thread batches, resumes exactly in a fresh process (also
+across modes), and every way of stopping leaves no thread, process or shared-memory segment."""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from _loader_cases import keys, make, pipeline, write_shards
+
+import shardstream as ss
+from shardstream.errors import StateError
+
+HERE = Path(__file__).resolve().parent
+CASES = ("shuffled", "equal", "webdataset")
+
+
+@pytest.fixture(scope="module")
+def urls(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    return write_shards(tmp_path_factory.mktemp("loader"))
+
+
+def _ours() -> list[str]:
+    return sorted(t.name for t in threading.enumerate() if t.name.startswith("shardstream-"))
+
+
+def _shm() -> set[str]:
+    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+
+def _epoch(loader: ss.Loader) -> list[list[str]]:
+    return [keys(b) for b in loader]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_threads_give_exactly_the_one_thread_batches(urls: list[str], case: str) -> None:
+    with make(case, urls) as one:
+        reference = [_epoch(one), _epoch(one)]  # two epochs: the second is shuffled anew
+    assert reference[0] != reference[1]
+    for threads in (2, 4):
+        with make(case, urls, num_threads=threads) as loader:
+            assert [_epoch(loader), _epoch(loader)] == reference, f"{threads} threads"
+
+
+def test_the_loader_makes_tensors_and_collates_like_a_dataloader(urls: list[str]) -> None:
+    torch = pytest.importorskip("torch")
+    with ss.Loader(pipeline("shuffled", urls), batch_size=4, num_threads=2, drop_last=True) as loader:
+        batches = list(loader)
+    assert all(isinstance(b[1], torch.Tensor) and b[1].shape == (4,) for b in batches)
+    assert all(isinstance(b[0], list) and len(b[0]) == 4 for b in batches)
+    total = sum(len(b[0]) for b in batches)
+    with ss.Loader(pipeline("shuffled", urls), batch_size=4) as loader:
+        assert total == 4 * (sum(len(b[0]) for b in loader) // 4)
+
+
+def _state_after(loader: ss.Loader, n: int) -> dict[str, Any]:
+    it = iter(loader)
+    for _ in range(n):
+        next(it)
+    state: dict[str, Any] = json.loads(json.dumps(loader.state_dict()))
+    loader.close()
+    return state
+
+
+def _restore_in_fresh_process(tmp_path: Path, urls: list[str], runs: list[dict[str, Any]]) -> list[Any]:
+    job, out = tmp_path / "job.json", tmp_path / "out.json"
+    job.write_text(json.dumps({"urls": urls, "runs": runs}))
+    proc = subprocess.run(
+        [sys.executable, str(HERE / "_loader_cases.py"), str(job), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=HERE,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result: list[Any] = json.loads(out.read_text())
+    return result
+
+
+@pytest.mark.parametrize(("threads", "workers"), [(3, 0), (2, 2)])
+def test_resume_continues_exactly_in_a_fresh_process(
+    urls: list[str], tmp_path: Path, threads: int, workers: int
+) -> None:
+    runs, expected = [], []
+    for case in CASES:
+        with make(case, urls, threads, workers) as loader:
+            full = _epoch(loader)
+        for n in sorted({1, len(full) // 2, len(full) - 1}):
+            state = _state_after(make(case, urls, threads, workers), n)
+            # Restored with another number of threads: threads never enter the state.
+            runs.append(
+                {"case": case, "num_threads": 1 if threads > 1 else 2, "num_workers": workers, "state": state}
+            )
+            expected.append((case, n, full))
+    for (case, n, full), rest in zip(expected, _restore_in_fresh_process(tmp_path, urls, runs), strict=True):
+        assert full[:n] + rest == full, f"{case}: resumed after {n} of {len(full)} batches"
+
+
+@pytest.mark.parametrize(("before", "after"), [((0, 2), (2, 1)), ((2, 2), (0, 3))])
+def test_elastic_resume_between_threads_and_processes(
+    urls: list[str], before: tuple[int, int], after: tuple[int, int]
+) -> None:
+    (w0, t0), (w1, t1) = before, after
+    with make("equal", urls, t0, w0) as loader:
+        full = Counter(k for b in _epoch(loader) for k in b)
+    state = _state_after(make("equal", urls, t0, w0), 3)
+    with make("equal", urls, t0, w0) as loader:
+        it = iter(loader)
+        seen = Counter(k for _ in range(3) for k in keys(next(it)))
+    with make("equal", urls, t1, w1) as resumed:
+        resumed.load_state_dict(state)
+        rest = Counter(k for b in resumed for k in keys(b))
+    assert seen + rest == full  # the same samples, each once; the order is new
+
+
+def test_a_state_from_another_pipeline_is_refused(urls: list[str]) -> None:
+    state = _state_after(make("shuffled", urls, 2), 2)
+    with pytest.raises(StateError, match="different dataset"):
+        make("equal", urls, 2).load_state_dict(state)
+
+
+class _Boom(Exception):
+    pass
+
+
+def _explode_at(key: str) -> Any:
+    def fn(sample: dict[str, Any]) -> dict[str, Any]:
+        if sample["__key__"] == key:
+            raise _Boom(key)
+        return sample
+
+    return fn
+
+
+def test_an_error_in_a_stage_arrives_after_the_batches_before_it(urls: list[str]) -> None:
+    ds = ss.Dataset(urls, shuffle_shards=False).map(_explode_at("s2_005")).to_tuple("__key__")
+    got: list[str] = []
+    with ss.Loader(ds, batch_size=4, num_threads=3) as loader, pytest.raises(_Boom):
+        for batch in loader:
+            got.extend(batch[0])
+    # 7 whole batches: shards 0 and 1 (9 + 14 samples) and s2_000..s2_004; the 8th held s2_005
+    assert got == [f"s{s}_{i:03d}" for s, n in enumerate([9, 14, 5]) for i in range(n)]
+    assert _ours() == []
+
+
+def test_skipping_handlers_go_on_and_count_on_threads(urls: list[str]) -> None:
+    stage = ss.pipeline.Map(_explode_at("s2_005"), handler=ss.ignore_and_continue)
+    ds = ss.Dataset(urls, shuffle_shards=False).compose(stage).to_tuple("__key__")
+    with ss.Loader(ds, batch_size=None, num_threads=3) as loader:
+        got = [b[0] for b in loader]
+    assert len(got) == sum([9, 14, 11, 17, 12, 20]) - 1 and "s2_005" not in got
+    assert stage.stats.skipped == 1
+
+
+@pytest.mark.parametrize("how", ["break", "close", "exception", "garbage"])
+def test_every_stop_leaves_no_thread_and_no_segment(urls: list[str], how: str) -> None:
+    before_shm = _shm()
+    loader = make("shuffled", urls, 3)
+    it = iter(loader)
+    next(it)
+    assert _ours(), "the producer and the pool run while iterating"
+    if how == "break":
+        for _ in it:
+            break
+        it.close()  # type: ignore[attr-defined]  # what a for loop's frame does when it ends
+        loader.close()
+    elif how == "close":
+        loader.close()
+    elif how == "exception":
+        with pytest.raises(RuntimeError), loader:
+            raise RuntimeError("the training step failed")
+    else:
+        del it, loader
+        gc.collect()
+    assert _ours() == []
+    assert _shm() - before_shm == set()
+
+
+def test_process_mode_reaps_its_workers(urls: list[str]) -> None:
+    import multiprocessing
+
+    with make("shuffled", urls, num_threads=2, num_workers=2) as loader:
+        it = iter(loader)
+        next(it)
+        assert len(multiprocessing.active_children()) >= 2
+    assert multiprocessing.active_children() == []
+
+
+def test_pin_memory_and_device_are_no_ops_without_cuda(
+    urls: list[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is present: the device path is exercised for real there")
+    with ss.Loader(
+        pipeline("shuffled", urls), batch_size=4, num_threads=2, pin_memory=True, device="cuda"
+    ) as L:
+        batches = list(L)
+    assert batches and all(b[1].device.type == "cpu" for b in batches)
+    assert "CUDA is not available" in caplog.text
+
+
+def test_the_loader_refuses_what_it_cannot_run() -> None:
+    with pytest.raises(TypeError, match="shardstream pipelines"):
+        ss.Loader([1, 2, 3])
+    with pytest.raises(ValueError, match="num_threads"):
+        ss.Loader(ss.DataPipeline([1, 2, 3]), num_threads=0)
+
+
+def test_numpy_batches_come_out_as_one_array(urls: list[str]) -> None:
+    ds = ss.DataPipeline(tuple(np.full((2, 3), i, dtype=np.float32) for i in range(10)))
+    with ss.Loader(ds, batch_size=4, num_threads=2, collate_fn=np.stack) as loader:
+        shapes = [b.shape for b in loader]
+    assert shapes == [(4, 2, 3), (4, 2, 3), (2, 2, 3)]
