@@ -30,7 +30,10 @@ def urls(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
 
 
 def _ours() -> list[str]:
-    return sorted(t.name for t in threading.enumerate() if t.name.startswith("shardstream-"))
+    """The loader's threads: its producer and its pool (other tests' threads, such as a cache
+    heartbeat, may live on in this process)."""
+    names = (t.name for t in threading.enumerate())
+    return sorted(n for n in names if n.startswith(("shardstream-loader", "shardstream-map")))
 
 
 def _shm() -> set[str]:

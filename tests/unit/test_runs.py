@@ -1,4 +1,4 @@
-"""The one run-of-samples type: the planner cuts it, a saved state stores it, an elastic resume re-deals it."""
+"""The one run-of-samples type: the planner cuts it, a state stores it, an elastic resume re-deals it."""
 
 from __future__ import annotations
 

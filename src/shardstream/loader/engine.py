@@ -41,7 +41,7 @@ def _convert(data: Any) -> Any:
         from torch.utils.data import default_convert
     except ImportError:
         return data
-    return default_convert(data)
+    return default_convert(data)  # type: ignore[no-untyped-call]
 
 
 class _Collate:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..pipeline.parallel import Threads
 
 __all__ = ["ThreadedWorkers"]
@@ -19,4 +21,5 @@ class ThreadedWorkers:
 
         info = get_worker_info()
         if info is not None:
-            info.dataset.use_threads(Threads(self.n, name=f"shardstream-map-w{worker_id}"))
+            dataset: Any = info.dataset  # the worker's copy of the loader's pipeline
+            dataset.use_threads(Threads(self.n, name=f"shardstream-map-w{worker_id}"))

@@ -7,14 +7,9 @@ from typing import Any
 from ..shards.world import World
 from .base import RunContext, StateDict
 from .iterable import in_worker
+from .seams import finished_epoch
 
-__all__ = ["EpochOwner", "finished_epoch"]
-
-
-def finished_epoch(state: StateDict | None, epoch: int) -> bool:
-    """Whether a worker's saved ``state`` says it had yielded everything of ``epoch``: a position
-    taken after a pass ends names the next epoch and nothing else."""
-    return state is not None and set(state) == {"epoch"} and int(state["epoch"]) > epoch
+__all__ = ["EpochOwner"]
 
 
 class EpochOwner:

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from .base import RunContext, StateDict
     from .parallel import Threads
 
-__all__ = ["LoaderDataset", "ReadsSource", "Stateful"]
+__all__ = ["LoaderDataset", "ReadsSource", "Stateful", "finished_epoch"]
 
 
 @runtime_checkable
@@ -77,3 +77,9 @@ class ReadsSource(Protocol):
         """Read through ``wrap(source)`` from now on (in a copy of the stage: the user's stage is
         untouched); returns the source it read through before."""
         ...
+
+
+def finished_epoch(state: StateDict | None, epoch: int) -> bool:
+    """Whether a worker's saved ``state`` says it had yielded everything of ``epoch``: a position
+    taken after a pass ends names the next epoch and nothing else."""
+    return state is not None and set(state) == {"epoch"} and int(state["epoch"]) > epoch

@@ -21,9 +21,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import StateError
-from ..pipeline._epochs import finished_epoch
 from ..pipeline.base import MapStage, Node, RunContext, StateDict
 from ..pipeline.build import build_one
+from ..pipeline.seams import finished_epoch
 from ..pipeline.shuffle import Shuffle
 from ..shards.elastic import cut, deal, slot_quotas
 from ..shards.runs import Run

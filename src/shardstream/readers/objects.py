@@ -99,7 +99,7 @@ class ObjectSamples(Stage):
             shuffle=False,
         )
         return [
-            (order[p], piece.pad)
+            (order[p], bool(piece.pad))
             for piece in plan.slot(world.rank, world.worker)
             for p in range(piece.start, piece.stop)
         ]
