@@ -224,3 +224,35 @@ def test_numpy_batches_come_out_as_one_array(urls: list[str]) -> None:
     with ss.Loader(ds, batch_size=4, num_threads=2, collate_fn=np.stack) as loader:
         shapes = [b.shape for b in loader]
     assert shapes == [(4, 2, 3), (4, 2, 3), (2, 2, 3)]
+
+
+_TUNE_SCRIPT = """
+import logging, sys
+logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+sys.path.insert(0, {here!r})
+from _loader_cases import make
+with make("shuffled", {urls!r}, num_threads=2) as loader:
+    print(sum(len(b[0]) for b in loader))
+"""
+
+
+@pytest.mark.parametrize("setting", [None, "0"])
+def test_thread_mode_tunes_the_allocator_unless_told_not_to(urls: list[str], setting: str | None) -> None:
+    from shardstream.malloc import is_glibc
+
+    if not is_glibc():
+        pytest.skip("allocator tuning is glibc's")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SHARDSTREAM_")}
+    if setting is not None:
+        env["SHARDSTREAM_TUNE_MALLOC"] = setting
+    proc = subprocess.run(
+        [sys.executable, "-c", _TUNE_SCRIPT.format(here=str(HERE), urls=urls)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert int(proc.stdout.split()[-1]) > 0
+    logged = "raised glibc's mmap and trim thresholds" in proc.stderr
+    assert logged is (setting is None), proc.stderr[-2000:]

@@ -23,7 +23,9 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from ..config import read_settings
 from ..errors import StateError
+from ..malloc import tune_allocator
 from ..pipeline.batch import default_collation_fn
 from ..pipeline.parallel import Threads
 from ..pipeline.seams import LoaderDataset
@@ -33,6 +35,19 @@ from .threads import EpochRun
 __all__ = ["Loader"]
 
 log = logging.getLogger(__name__)
+
+
+_tuned = False
+
+
+def _tune_once() -> None:
+    global _tuned
+    if not _tuned and tune_allocator():
+        log.info(
+            "ss.Loader raised glibc's mmap and trim thresholds in this process (decode buffers are "
+            "reused on the heap); tune_malloc=False or SHARDSTREAM_TUNE_MALLOC=0 leaves it alone"
+        )
+    _tuned = True
 
 
 def _convert(data: Any) -> Any:
@@ -70,6 +85,14 @@ class Loader:
             current one is used (``"cuda"``, ``"cuda:1"``); ``None``: stay on the CPU.
         persistent_workers: keep worker processes between epochs (process mode).
         telemetry: time per stage (as ``WebLoader(telemetry=)``).
+        tune_malloc: in thread mode, raise glibc's mmap and trim thresholds in this process
+            when the first epoch starts (``malloc.py``), so decode buffers are reused on the heap
+            instead of mapped and unmapped per image; an unmap in a process with several
+            threads also interrupts the others (TLB shootdown). Measured on 2 cores, 256x256
+            JPEGs on 2 threads: 5,520-5,770 samples/s tuned against 4,600-4,940 untuned. It
+            changes the whole process (memory is kept after a peak) and is logged once;
+            default: on, unless ``SHARDSTREAM_TUNE_MALLOC=0``. Worker processes are tuned
+            as ``WebLoader``'s are.
     """
 
     def __init__(
@@ -86,6 +109,7 @@ class Loader:
         device: Any = None,
         persistent_workers: bool = True,
         telemetry: bool | None = None,
+        tune_malloc: bool | None = None,
     ) -> None:
         if not isinstance(dataset, LoaderDataset):
             raise TypeError(
@@ -103,6 +127,7 @@ class Loader:
         self.pin_memory, self.device = pin_memory, device
         if telemetry is not None:
             dataset.with_telemetry(telemetry)
+        self._tune = read_settings().tune_malloc if tune_malloc is None else tune_malloc
         self._threads: Threads | None = None
         self._runs: weakref.WeakSet[_Batches] = weakref.WeakSet()
         self._pending: dict[str, Any] | None = None
@@ -142,6 +167,8 @@ class Loader:
             dataset.begin_epoch()
         else:
             epoch = dataset.begin_epoch()
+        if self._tune:
+            _tune_once()
         if self.num_threads > 1 and self._threads is None:
             self._threads = Threads(self.num_threads)
             self._owned.append(self._threads)
