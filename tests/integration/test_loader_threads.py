@@ -256,3 +256,41 @@ def test_thread_mode_tunes_the_allocator_unless_told_not_to(urls: list[str], set
     assert int(proc.stdout.split()[-1]) > 0
     logged = "raised glibc's mmap and trim thresholds" in proc.stderr
     assert logged is (setting is None), proc.stderr[-2000:]
+
+
+def _short_last_batch(urls: list[str], kind: str) -> Any:
+    ds = pipeline("shuffled", urls)  # 66 samples: batches of 5 end with a short one
+    if kind == "webloader, 0 workers":
+        return ss.WebLoader(ds, batch_size=5, num_workers=0)
+    return ss.Loader(ds, batch_size=5, num_threads=2, num_workers=2 if kind == "processes" else 0)
+
+
+@pytest.mark.parametrize("kind", ["webloader, 0 workers", "threads", "processes"])
+def test_a_state_taken_after_the_last_short_batch_resumes_with_nothing_left(
+    urls: list[str], kind: str
+) -> None:
+    # Regression: the position after a short last batch names the next epoch; restoring it
+    # re-ran that whole epoch in place of the (finished) one, with or without workers.
+    loader = _short_last_batch(urls, kind)
+    epochs = [_epoch(loader), _epoch(loader)]
+    assert len(epochs[0][-1]) < 5
+    loader.close()
+    loader = _short_last_batch(urls, kind)
+    it = iter(loader)
+    for _ in range(len(epochs[0])):
+        next(it)
+    state = json.loads(json.dumps(loader.state_dict()))
+    loader.close()
+    resumed = _short_last_batch(urls, kind)
+    resumed.load_state_dict(state)
+    assert _epoch(resumed) == []
+    assert _epoch(resumed) == epochs[1]  # and the next epoch is the uninterrupted run's
+    resumed.close()
+
+
+def test_iterating_a_loader_nobody_holds_yields_the_whole_epoch(urls: list[str]) -> None:
+    # Regression: the loader (which owns the thread pool) was collected while its epoch ran,
+    # and the epoch ended early without an error.
+    expected = [keys(b) for b in make("shuffled", urls)]
+    assert [keys(b) for b in ss.Loader(pipeline("shuffled", urls), batch_size=4, num_threads=2)] == expected
+    assert _ours() == []

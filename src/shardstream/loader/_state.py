@@ -30,7 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import StateError
-from ..pipeline.seams import LoaderDataset
+from ..pipeline.seams import LoaderDataset, worker_restore
 from ..shards.world import World
 
 log = logging.getLogger(__name__)
@@ -196,7 +196,8 @@ def restore_plan(
             )
         same_batch = all(own["fingerprint"].get(k) == expected.get(k) for k in _BATCH_FIELDS)
         if int(own["num_workers"]) == num_workers and same_batch:
-            return {"epoch": epoch, "workers": list(own["workers"]), "next_worker": own.get("next_worker", 0)}
+            restored = [worker_restore(s, epoch) for s in own["workers"]]
+            return {"epoch": epoch, "workers": restored, "next_worker": own.get("next_worker", 0)}
         sources = [own]
     else:
         sources = [by_rank[r] for r in range(saved_world)]

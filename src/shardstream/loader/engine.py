@@ -252,6 +252,9 @@ class _Batches:
     """One epoch's iterator in thread mode: batches from an :class:`EpochRun`, positions recorded."""
 
     def __init__(self, loader: Loader, live: Live) -> None:
+        # The loader owns the thread pool and closes it when collected: an epoch's iterator keeps
+        # its loader alive (``for batch in ss.Loader(...)`` holds only the iterator).
+        self.loader = loader
         self.live = live
         self.closed = False
         self.run = EpochRun(

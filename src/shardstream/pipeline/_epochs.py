@@ -7,7 +7,6 @@ from typing import Any
 from ..shards.world import World
 from .base import RunContext, StateDict
 from .iterable import in_worker
-from .seams import finished_epoch
 
 __all__ = ["EpochOwner"]
 
@@ -103,9 +102,5 @@ class EpochOwner:
         epoch, state = int(plan["epoch"]), plan["states"][worker]
         self._role = (epoch, int(plan["roles"][worker]))
         self._restore = dict(state) if state is not None else {"epoch": epoch}
-        if finished_epoch(state, epoch):
-            # The worker this one replaces had yielded its whole share of the epoch (its state
-            # already names the next one): this worker yields nothing more in it.
-            self._restore = {"epoch": epoch, "finished": True}
 
     # -- running --------------------------------------------------------------------------------

@@ -170,7 +170,7 @@ class DataPipeline(EpochOwner, IterableDatasetBase):  # type: ignore[type-arg]
     def iterator1(self) -> Iterator[Any]:
         """One pass over the source, from a restored state if one was loaded."""
         if self._restore is not None and self._restore.get("finished"):
-            # a worker restored in place of one that had finished the epoch (_epochs.py)
+            # restored in place of a worker that had finished the epoch (seams.worker_restore)
             self.epoch, self._restore, self._next_epoch = int(self._restore["epoch"]), None, None
             self._live = Pass(self.epoch)
             self._live.done = True

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from .base import RunContext, StateDict
     from .parallel import Threads
 
-__all__ = ["LoaderDataset", "ReadsSource", "Stateful", "finished_epoch"]
+__all__ = ["LoaderDataset", "ReadsSource", "Stateful", "finished_epoch", "worker_restore"]
 
 
 @runtime_checkable
@@ -83,3 +83,11 @@ def finished_epoch(state: StateDict | None, epoch: int) -> bool:
     """Whether a worker's saved ``state`` says it had yielded everything of ``epoch``: a position
     taken after a pass ends names the next epoch and nothing else."""
     return state is not None and set(state) == {"epoch"} and int(state["epoch"]) > epoch
+
+
+def worker_restore(state: StateDict | None, epoch: int) -> StateDict | None:
+    """A worker's saved position as a loader hands it back for ``epoch``. A worker that had yielded
+    its whole share (with DataLoader batching, the position taken after its last, short batch
+    names the next epoch) stays finished: ``{"epoch": epoch, "finished": True}``, a pass that
+    yields nothing, instead of a state that would start the next epoch in its place."""
+    return {"epoch": epoch, "finished": True} if finished_epoch(state, epoch) else state
