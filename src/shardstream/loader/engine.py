@@ -28,6 +28,7 @@ from ..errors import StateError
 from ..malloc import tune_allocator
 from ..pipeline.batch import default_collation_fn
 from ..pipeline.parallel import Threads
+from ..pipeline.pipeline import close_iterator
 from ..pipeline.seams import LoaderDataset
 from ._state import VERSION, Live, fingerprint, restore_plan
 from .threads import EpochRun
@@ -376,9 +377,7 @@ class _Prefetch:
         return batch
 
     def close(self) -> None:
-        close = getattr(self.batches, "close", None)
-        if close is not None:
-            close()
+        close_iterator(self.batches)
 
 
 def _record(data: Any, torch: Any) -> None:

@@ -24,6 +24,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from ..pipeline.parallel import Threads
+from ..pipeline.pipeline import close_iterator
 from ..pipeline.seams import LoaderDataset
 
 __all__ = ["EpochRun"]
@@ -109,9 +110,7 @@ class EpochRun:
                     if not self._put((batch, dataset.position())):
                         return
             finally:
-                close = getattr(it, "close", None)  # a generator or a node: both close
-                if close is not None:
-                    close()
+                close_iterator(it)
             self._put(_END)
         except BaseException as exn:  # handed to the training loop, which raises it
             self._put(_Failure(exn))

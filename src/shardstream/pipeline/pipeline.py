@@ -23,12 +23,12 @@ from .iterable import IterableDatasetBase, in_worker
 from .labels import skip_counters
 from .parallel import Threads
 
-__all__ = ["DataPipeline"]
+__all__ = ["DataPipeline", "close_iterator"]
 
 log = logging.getLogger(__name__)
 
 
-def _close(it: object) -> None:
+def close_iterator(it: object) -> None:
     """Close an iterator now if it can be closed (generators and nodes can; islice cannot)."""
     close = getattr(it, "close", None)
     if close is not None:
@@ -156,7 +156,7 @@ class DataPipeline(EpochOwner, IterableDatasetBase):  # type: ignore[type-arg]
             live.done = True
         finally:
             for node in reversed(nodes):
-                _close(node)
+                close_iterator(node)
 
     def _start(self) -> tuple[int, list[StateDict] | None, int]:
         """The epoch, node states and replay count the next pass starts from."""
@@ -215,7 +215,7 @@ class DataPipeline(EpochOwner, IterableDatasetBase):  # type: ignore[type-arg]
             yield from itertools.islice(stream, n)
         finally:
             if close_stream:
-                _close(stream)
+                close_iterator(stream)
 
     def _repeat_passes(self, passes: int | None = None) -> Iterator[Any]:
         """``passes`` passes over the source (default ``self.repetitions``); stops at an empty one."""
@@ -364,7 +364,7 @@ class DataPipeline(EpochOwner, IterableDatasetBase):  # type: ignore[type-arg]
             running.append(self._continuing)
             self._continuing = None
         for it in running:
-            _close(it)
+            close_iterator(it)
         for step in self.pipeline:
             if hasattr(step, "close") and step is not self:
                 step.close()

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..pipeline.base import StateDict
+from ..pipeline.pipeline import close_iterator
 from ..shards.runs import Run
 from ..tar.grouping import Cursor
 from ._reading import ReadingNode
@@ -111,7 +112,5 @@ def read_span(
         if not go_on:
             node.stopped = True
     finally:
-        close = getattr(opened, "close", None)
-        if close is not None:
-            close()
+        close_iterator(opened)
         cursor.next = -1
