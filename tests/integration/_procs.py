@@ -40,6 +40,24 @@ def run_in_session(
     return proc.returncode, output
 
 
+def run_job(script: Path, job: Any, workdir: Path, *, timeout: float = 240) -> Any:
+    """Run ``python script job.json out.json`` (a fresh interpreter, in its own session: killed by
+    group at the deadline, DataLoader workers included) and return what it wrote to out.json."""
+    import json
+    import sys
+
+    job_file, out_file = workdir / "job.json", workdir / "out.json"
+    job_file.write_text(json.dumps(job))
+    code, output = run_in_session(
+        [sys.executable, str(script), str(job_file), str(out_file)],
+        cwd=script.parent,
+        env=os.environ,
+        timeout=timeout,
+    )
+    assert code == 0, output[-3000:]
+    return json.loads(out_file.read_text())
+
+
 def run_spawned(
     target: Callable[..., None], arglists: Sequence[tuple[Any, ...]], *, timeout: float
 ) -> list[int | None]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import gc
 import json
 import os
-import subprocess
 import sys
 import threading
 from collections import Counter
@@ -16,6 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 from _loader_cases import keys, make, pipeline, write_shards
+from _procs import run_in_session, run_job
 
 import shardstream as ss
 from shardstream.errors import StateError
@@ -74,21 +74,6 @@ def _state_after(loader: ss.Loader, n: int) -> dict[str, Any]:
     return state
 
 
-def _restore_in_fresh_process(tmp_path: Path, urls: list[str], runs: list[dict[str, Any]]) -> list[Any]:
-    job, out = tmp_path / "job.json", tmp_path / "out.json"
-    job.write_text(json.dumps({"urls": urls, "runs": runs}))
-    proc = subprocess.run(
-        [sys.executable, str(HERE / "_loader_cases.py"), str(job), str(out)],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        cwd=HERE,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result: list[Any] = json.loads(out.read_text())
-    return result
-
-
 @pytest.mark.parametrize(("threads", "workers"), [(3, 0), (2, 2)])
 def test_resume_continues_exactly_in_a_fresh_process(
     urls: list[str], tmp_path: Path, threads: int, workers: int
@@ -104,7 +89,9 @@ def test_resume_continues_exactly_in_a_fresh_process(
                 {"case": case, "num_threads": 1 if threads > 1 else 2, "num_workers": workers, "state": state}
             )
             expected.append((case, n, full))
-    for (case, n, full), rest in zip(expected, _restore_in_fresh_process(tmp_path, urls, runs), strict=True):
+    for (case, n, full), rest in zip(
+        expected, run_job(HERE / "_loader_cases.py", {"urls": urls, "runs": runs}, tmp_path), strict=True
+    ):
         assert full[:n] + rest == full, f"{case}: resumed after {n} of {len(full)} batches"
 
 
@@ -245,17 +232,13 @@ def test_thread_mode_tunes_the_allocator_unless_told_not_to(urls: list[str], set
     env = {k: v for k, v in os.environ.items() if not k.startswith("SHARDSTREAM_")}
     if setting is not None:
         env["SHARDSTREAM_TUNE_MALLOC"] = setting
-    proc = subprocess.run(
-        [sys.executable, "-c", _TUNE_SCRIPT.format(here=str(HERE), urls=urls)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
+    code, output = run_in_session(
+        [sys.executable, "-c", _TUNE_SCRIPT.format(here=str(HERE), urls=urls)], cwd=HERE, env=env, timeout=120
     )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert int(proc.stdout.split()[-1]) > 0
-    logged = "raised glibc's mmap and trim thresholds" in proc.stderr
-    assert logged is (setting is None), proc.stderr[-2000:]
+    assert code == 0, output[-2000:]
+    assert int(output.split()[-1]) > 0  # the samples it read, printed last
+    logged = "raised glibc's mmap and trim thresholds" in output
+    assert logged is (setting is None), output[-2000:]
 
 
 def _short_last_batch(urls: list[str], kind: str) -> Any:

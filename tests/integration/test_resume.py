@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _procs import run_job
 from _resume_cases import keys, make, write_shards
 
 import shardstream as ss
@@ -48,17 +47,8 @@ def test_resume_continues_exactly_in_a_fresh_process(
                 {"case": case, "num_workers": num_workers, "state": _state_after(case, urls, num_workers, n)}
             )
             expected.append((case, n, full))
-    job, out = tmp_path / "job.json", tmp_path / "out.json"
-    job.write_text(json.dumps({"urls": urls, "runs": runs}))
-    proc = subprocess.run(
-        [sys.executable, str(HERE / "_resume_cases.py"), str(job), str(out)],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        cwd=HERE,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    for (case, n, full), rest in zip(expected, json.loads(out.read_text()), strict=True):
+    restored = run_job(HERE / "_resume_cases.py", {"urls": urls, "runs": runs}, tmp_path)
+    for (case, n, full), rest in zip(expected, restored, strict=True):
         assert full[:n] + rest == full, f"{case}: resumed after {n} of {len(full)} batches"
 
 
