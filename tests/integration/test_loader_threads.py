@@ -277,3 +277,17 @@ def test_iterating_a_loader_nobody_holds_yields_the_whole_epoch(urls: list[str])
     expected = [keys(b) for b in make("shuffled", urls)]
     assert [keys(b) for b in ss.Loader(pipeline("shuffled", urls), batch_size=4, num_threads=2)] == expected
     assert _ours() == []
+
+
+def test_the_device_copy_keeps_the_batch_structure() -> None:
+    # The copy a device= loader makes (run here to the CPU: no GPU on the test machine).
+    from collections import namedtuple
+
+    from shardstream.loader.engine import _move
+
+    torch = pytest.importorskip("torch")
+    pair = namedtuple("pair", "image label")
+    batch = {"x": (torch.ones(2), [torch.zeros(1), "name"]), "p": pair(torch.ones(1), 3)}
+    moved = _move(batch, torch.device("cpu"), torch)
+    assert type(moved["x"]) is tuple and isinstance(moved["x"][1], list) and moved["x"][1][1] == "name"
+    assert type(moved["p"]) is pair and moved["p"].label == 3 and torch.equal(moved["p"].image, torch.ones(1))

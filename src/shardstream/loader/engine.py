@@ -323,14 +323,17 @@ def _pin(data: Any) -> Any:
     return pin_memory(data)  # type: ignore[no-untyped-call]
 
 
-def _move(data: Any, device: Any) -> Any:
-    if hasattr(data, "to") and type(data).__module__.startswith("torch"):
+def _move(data: Any, device: Any, torch: Any) -> Any:
+    """``data`` with every tensor copied to ``device`` (asynchronously), its structure kept."""
+    if isinstance(data, torch.Tensor):
         return data.to(device, non_blocking=True)
     if isinstance(data, dict):
-        return {k: _move(v, device) for k, v in data.items()}
+        return {k: _move(v, device, torch) for k, v in data.items()}
     if isinstance(data, (list, tuple)):
-        moved = [_move(v, device) for v in data]
-        return type(data)(moved) if isinstance(data, tuple) and not hasattr(data, "_fields") else moved
+        moved = [_move(v, device, torch) for v in data]
+        if isinstance(data, tuple):
+            return type(data)(*moved) if hasattr(data, "_fields") else type(data)(moved)  # namedtuple
+        return moved
     return data
 
 
@@ -362,7 +365,7 @@ class _Prefetch:
             self.done = True
             return
         with self.torch.cuda.stream(self.stream):
-            self.next = _move(host, self.device)
+            self.next = _move(host, self.device, self.torch)
 
     def __iter__(self) -> _Prefetch:
         return self
