@@ -1,6 +1,10 @@
-"""A Lightning fit over a WebLoader, stopped mid-epoch after a checkpoint, or resumed from it.
+"""A Lightning fit over a shardstream loader, stopped mid-epoch after a checkpoint, or resumed from it.
 
-Usage: python _resume_lightning.py ROOT full|stop|resume OUT.json [DEVICES]
+Usage: python _resume_lightning.py ROOT full|stop|resume OUT.json [DEVICES [KIND]]
+
+KIND is the loader: ``web`` (``WebLoader``, 2 worker processes; the default), ``threads``
+(``ss.Loader`` with ``num_workers=0, num_threads=2``) or ``processes`` (``ss.Loader`` with
+``num_workers=2``).
 
 With DEVICES=2 it runs DDP on two CPU processes (Lightning starts rank 1 by running this script
 again); each rank writes ``OUT.json.<rank>`` and reads its own equal share of the epoch.
@@ -20,6 +24,7 @@ import shardstream as ss
 
 ROOT, MODE, OUT = sys.argv[1], sys.argv[2], sys.argv[3]
 DEVICES = int(sys.argv[4]) if len(sys.argv) > 4 else 1
+KIND = sys.argv[5] if len(sys.argv) > 5 else "web"
 STOP_AT = 4 if DEVICES == 1 else 2
 
 
@@ -53,6 +58,16 @@ class Model(L.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.0)
 
 
+def make_loader(dataset: Any) -> Any:
+    if KIND == "web":
+        return ss.WebLoader(dataset, batch_size=None, num_workers=2)
+    if KIND == "threads":
+        return ss.Loader(dataset, batch_size=None, num_workers=0, num_threads=2)
+    if KIND == "processes":
+        return ss.Loader(dataset, batch_size=None, num_workers=2)
+    raise SystemExit(f"unknown loader kind {KIND!r}: web, threads or processes")
+
+
 if __name__ == "__main__":
     urls = sorted(glob.glob(f"{ROOT}/*.tar"))
     if DEVICES == 1:
@@ -60,7 +75,7 @@ if __name__ == "__main__":
     else:  # every rank the same number of batches, as DDP needs
         dataset = ss.Dataset(urls, seed=2, split=ss.SplitPolicy("equal", batch_size=4))
     dataset = dataset.shuffle(10).decode().to_tuple("__key__", "cls").batched(4)
-    loader = ss.WebLoader(dataset, batch_size=None, num_workers=2)
+    loader = make_loader(dataset)
     model = Model()
     trainer = L.Trainer(
         max_epochs=1,

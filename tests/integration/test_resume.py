@@ -98,6 +98,32 @@ def test_load_while_iterating_raises(urls: list[str]) -> None:
         loader.load_state_dict(loader.state_dict())
 
 
+@pytest.mark.parametrize("before", ["an epoch", "a dropped iter()"])
+def test_a_state_loaded_after_persistent_workers_started_is_restored(urls: list[str], before: str) -> None:
+    """Persistent workers get the restore with their dataset copy, so the loader starts new ones.
+
+    A dropped ``iter()`` is what Lightning does to a loader that is not a DataLoader (``ss.Loader``
+    in process mode holds a WebLoader) before it loads the checkpoint's state.
+    """
+
+    def make_persistent() -> ss.WebLoader:
+        ds = ss.Dataset(urls, seed=3).shuffle(20).to_tuple("__key__").batched(4)
+        return ss.WebLoader(ds, batch_size=None, num_workers=2, persistent_workers=True)
+
+    state = _state_after("shuffled", urls, 2, 3)
+    full = [keys(b) for b in make("shuffled", urls, 2)]
+    loader = make_persistent()
+    if before == "an epoch":
+        assert len(list(loader)) == len(full)
+    else:
+        iter(loader)  # workers start; the iterator is dropped unstarted
+    loader.load_state_dict(state)
+    try:
+        assert full[:3] + [keys(b) for b in loader] == full
+    finally:
+        loader.close()
+
+
 def test_resume_at_90_percent_over_http_reads_only_the_shard_in_progress(
     http_server: Any, tmp_path: Path
 ) -> None:

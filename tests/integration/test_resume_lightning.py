@@ -1,7 +1,9 @@
-"""Lightning checkpoints a WebLoader mid-epoch (it has state_dict/load_state_dict) and resumes it.
+"""Lightning checkpoints a shardstream loader mid-epoch (it has state_dict/load_state_dict) and
+resumes it: ``WebLoader``, and ``ss.Loader`` in thread mode and in process mode.
 
-Lightning saves the loader's state while its data fetcher holds one prefetched batch; the loader
-finds that fetcher and rolls its state back by the batches it holds, so nothing is skipped.
+Lightning saves the loader's state while its data fetcher holds one prefetched batch; shardstream's
+callback (``loader/lightning.py``) counts the batches trained on, and the loader rolls its state
+back by the others, so nothing is skipped.
 """
 
 from __future__ import annotations
@@ -18,16 +20,17 @@ import pytest
 import shardstream as ss
 
 SCRIPT = Path(__file__).resolve().parent / "_resume_lightning.py"
+KINDS = ["web", "threads", "processes"]  # WebLoader; ss.Loader with threads, with processes
 
 
-def _run(root: Path, mode: str, out: Path, devices: int = 1) -> list[list[str]]:
+def _run(root: Path, mode: str, out: Path, kind: str, devices: int = 1) -> list[list[str]]:
     env = {
         k: v
         for k, v in os.environ.items()
         if not k.startswith(("SHARDSTREAM_", "WDS_", "RANK", "WORLD_SIZE"))
     }
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), str(root), mode, str(out), str(devices)],
+        [sys.executable, str(SCRIPT), str(root), mode, str(out), str(devices), kind],
         capture_output=True,
         text=True,
         timeout=180,
@@ -42,22 +45,28 @@ def _run(root: Path, mode: str, out: Path, devices: int = 1) -> list[list[str]]:
 
 
 @pytest.mark.timeout(400)
-def test_lightning_resumes_mid_epoch_with_exactly_the_remaining_batches(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", KINDS)
+def test_lightning_resumes_mid_epoch_with_exactly_the_remaining_batches(tmp_path: Path, kind: str) -> None:
     pytest.importorskip("lightning")
     for s in range(5):
         with ss.ShardWriter(str(tmp_path / f"p{s}-%02d.tar"), maxcount=1000) as sink:
             for i in range(10 + 3 * s):
                 sink.write({"__key__": f"s{s}_{i:03d}", "cls": i})
-    full = _run(tmp_path, "full", tmp_path / "full.json")
-    stopped = _run(tmp_path, "stop", tmp_path / "stop.json")
-    resumed = _run(tmp_path, "resume", tmp_path / "resume.json")
+    full = _run(tmp_path, "full", tmp_path / "full.json", kind)
+    written = sorted(f"s{s}_{i:03d}" for s in range(5) for i in range(10 + 3 * s))
+    assert sorted(sum(full, [])) == written, "the uninterrupted fit trains on every sample once"
+    stopped = _run(tmp_path, "stop", tmp_path / "stop.json", kind)
+    resumed = _run(tmp_path, "resume", tmp_path / "resume.json", kind)
     assert len(stopped) == 5
     assert stopped + resumed == full
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_lightning_ddp_two_processes_resume_with_exactly_the_remaining_batches(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", KINDS)
+def test_lightning_ddp_two_processes_resume_with_exactly_the_remaining_batches(
+    tmp_path: Path, kind: str
+) -> None:
     """Lightning writes rank 0's checkpoint only: the loader gathers every rank's state into it
     when Lightning takes it, and each rank restores its own."""
     pytest.importorskip("lightning")
@@ -65,9 +74,9 @@ def test_lightning_ddp_two_processes_resume_with_exactly_the_remaining_batches(t
         with ss.ShardWriter(str(tmp_path / f"p{s}-%02d.tar"), maxcount=1000) as sink:
             for i in range(10 + 3 * s):
                 sink.write({"__key__": f"s{s}_{i:03d}", "cls": i})
-    full = _run(tmp_path, "full", tmp_path / "full.json", devices=2)
-    stopped = _run(tmp_path, "stop", tmp_path / "stop.json", devices=2)
-    resumed = _run(tmp_path, "resume", tmp_path / "resume.json", devices=2)
+    full = _run(tmp_path, "full", tmp_path / "full.json", kind, devices=2)
+    stopped = _run(tmp_path, "stop", tmp_path / "stop.json", kind, devices=2)
+    resumed = _run(tmp_path, "resume", tmp_path / "resume.json", kind, devices=2)
     state = torch_load(tmp_path / "mid.ckpt")
     assert len(state["ranks"]) == 2, "the checkpoint holds both ranks' loader states"
     for rank in range(2):

@@ -1,9 +1,10 @@
-"""What WebLoader needs to save and restore its position: per-worker states carried with batches.
+"""What a loader needs to save and restore its position: per-worker states carried with batches.
 
 Each batch leaves its worker together with that worker's pipeline state taken right after the
 batch's last sample was pulled (the collate function runs in the worker at exactly that point:
 no extra round trip). The main process keeps, per worker, the state of the last batch it has
-*yielded* to the training loop; batches still in flight are not counted as seen.
+*yielded* to the training loop; batches still in flight are not counted as seen. ``ss.Loader``
+with ``num_workers=0`` keeps the same state with one worker: its producer thread stamps each batch.
 
 The saved state (plain JSON data)::
 
@@ -42,6 +43,7 @@ __all__ = [
     "check_fingerprint",
     "fingerprint",
     "gather_ranks",
+    "loader_state",
     "rank_states",
     "restore_plan",
     "tracked",
@@ -231,6 +233,52 @@ def gather_ranks(state: dict[str, Any]) -> dict[str, Any]:
     gathered: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, state)
     return {"version": VERSION, "ranks": gathered}
+
+
+def loader_state(
+    dataset: Any,
+    batch_size: int | None,
+    num_workers: int,
+    live: Live | None,
+    *,
+    trainer_attached: bool,
+    held: int = 0,
+) -> dict[str, Any]:
+    """The state of a loader (``WebLoader``, or ``ss.Loader`` with ``num_workers=0``) over
+    ``dataset`` whose current or last epoch is ``live`` (``None`` before the first ``iter()``).
+
+    It is the position after the last batch yielded or, under a Trainer (``trainer_attached``), after
+    the last batch a training step started on: Lightning's fetcher holds the batches between, and
+    they are rolled back. Under a Trainer with several ranks it is every rank's state, gathered
+    (a collective: Lightning takes it on every rank at the same step, but writes rank 0's checkpoint
+    only). Otherwise, ``held`` batches yielded but held back from the training loop (a device
+    copy made one batch ahead) are rolled back.
+    """
+    world = dataset.context(0).world
+    workers = max(num_workers, 1)
+    state: dict[str, Any] = {
+        "version": VERSION,
+        "fingerprint": fingerprint(dataset, batch_size),
+        "rank": world.rank,
+        "world_size": world.world_size,
+        "num_workers": num_workers,
+    }
+    if live is None or live.finished:
+        epoch = (live.epoch + 1) if live is not None else dataset.next_epoch()
+        return {**state, "epoch": epoch, "next_worker": 0, "workers": [None] * workers}
+    lag = live.yielded - live.trained if trainer_attached else held
+    seen, last = live.rolled_back(max(lag, 0))
+    next_worker = (last + 1) % workers if last is not None else 0
+    state = {**state, "epoch": live.epoch, "next_worker": next_worker, "workers": seen}
+    if trainer_attached and world.world_size > 1 and _distributed():
+        return gather_ranks(state)
+    return state
+
+
+def _distributed() -> bool:
+    import torch.distributed as dist
+
+    return bool(dist.is_available() and dist.is_initialized())
 
 
 class Live:

@@ -18,15 +18,7 @@ from ..pipeline.iterable import require_torch
 from ..pipeline.seams import LoaderDataset
 from ..shards.world import World
 from ._start import StartChoice, choose, prepare
-from ._state import (
-    VERSION,
-    Live,
-    StampingCollate,
-    fingerprint,
-    gather_ranks,
-    restore_plan,
-    tracked,
-)
+from ._state import Live, StampingCollate, fingerprint, loader_state, restore_plan, tracked
 from ._telemetry import attach_telemetry, loader_stats
 
 require_torch("shardstream.WebLoader (a torch DataLoader)")
@@ -105,11 +97,16 @@ class WebLoader(DataLoader, FluidInterface):  # type: ignore[type-arg]
         #: Set by shardstream's Lightning callback while a Trainer fits with this loader
         #: (``loader/lightning.py``): Lightning prefetches batches and saves every rank's state.
         self.trainer_attached = False
+        #: Batches of the running epoch that a wrapper of this loader's iterator has taken but not
+        #: handed to the training loop yet (``ss.Loader``'s device copy, one batch ahead): left
+        #: out of :meth:`state_dict`.
+        self.held = 0
         if self._stateful:
             self.collate_fn = StampingCollate(self.collate_fn, dataset)
         self._telemetry = attach_telemetry(self, telemetry)  # wraps collate_fn when on
         self._pending: dict[str, Any] | None = None  # a loaded state, applied at the next iter()
         self._live: Live | None = None
+        self._running: weakref.ref[Any] | None = None  # the epoch's batch iterator, while it is held
         self._iterators: weakref.WeakSet[Any] = weakref.WeakSet()
         self._epoch = -1  # only for datasets that are not shardstream pipelines (see __iter__)
         # The allocator is tuned in our worker processes only (worker_init_fn), never in the
@@ -138,6 +135,9 @@ class WebLoader(DataLoader, FluidInterface):  # type: ignore[type-arg]
                 start = int(state.get("next_worker", 0))
                 roles = [(start + k) % workers for k in range(workers)]
                 dataset.restore_workers(epoch, [seen[r] for r in roles], roles)
+                # Workers get the restore with their dataset copy: persistent ones started before
+                # (an earlier epoch, or an iter() dropped unstarted) would continue without it.
+                self._stop_persistent_workers()
             dataset.set_epoch(epoch)
             dataset.begin_epoch()
         elif self._stateful:
@@ -154,7 +154,9 @@ class WebLoader(DataLoader, FluidInterface):  # type: ignore[type-arg]
         if not self._stateful:
             return batches
         live = self._live = Live(epoch, roles, seen)
-        return tracked(batches, live)
+        running = tracked(batches, live)
+        self._running = weakref.ref(running)
+        return running
 
     def _get_iterator(self) -> Any:
         if self.num_workers == 0:
@@ -219,30 +221,10 @@ class WebLoader(DataLoader, FluidInterface):  # type: ignore[type-arg]
             )
         if self._pending is not None:
             return dict(self._pending["state"])
-        fp, world = self._expected()
-        workers = max(self.num_workers, 1)
-        state: dict[str, Any] = {
-            "version": VERSION,
-            "fingerprint": fp,
-            "rank": world.rank,
-            "world_size": world.world_size,
-            "num_workers": self.num_workers,
-        }
-        live = self._live
-        if live is None or live.finished:
-            dataset: Any = self.dataset
-            epoch = (live.epoch + 1) if live is not None else dataset.next_epoch()
-            return {**state, "epoch": epoch, "next_worker": 0, "workers": [None] * workers}
-        # Under Lightning, batches its fetcher prefetched are not trained on yet: roll them back.
-        lag = live.yielded - live.trained if self.trainer_attached else 0
-        seen, last = live.rolled_back(max(lag, 0))
-        next_worker = (last + 1) % workers if last is not None else 0
-        state = {**state, "epoch": live.epoch, "next_worker": next_worker, "workers": seen}
-        if self.trainer_attached and world.world_size > 1 and _distributed():
-            # Lightning takes the state on every rank at the same step but writes rank 0's
-            # checkpoint only: gather every rank's state into it (each rank picks its own).
-            return gather_ranks(state)
-        return state
+        live, attached = self._live, self.trainer_attached
+        return loader_state(
+            self.dataset, self.batch_size, self.num_workers, live, trainer_attached=attached, held=self.held
+        )
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state`` at the next ``iter()``; call it before iterating.
@@ -252,7 +234,11 @@ class WebLoader(DataLoader, FluidInterface):  # type: ignore[type-arg]
                 ``num_workers``, or is corrupted (the message names the fields), or this
                 loader is iterating.
         """
-        if self._live is not None and not self._live.finished:
+        # An epoch whose iterator nobody holds any more is not running: Lightning calls iter()
+        # once on a loader that is not a DataLoader (``ss.Loader`` in process mode holds this
+        # one) to check that it iterates, and drops the result before it loads the state.
+        running = self._running() if self._running is not None else None
+        if running is not None and self._live is not None and not self._live.finished:
             raise StateError(
                 "load_state_dict() was called while this loader is iterating; call it before iter()"
             )
@@ -278,6 +264,9 @@ class WebLoader(DataLoader, FluidInterface):  # type: ignore[type-arg]
             if shutdown is not None:
                 shutdown()
         self._iterators = weakref.WeakSet()
+        self._stop_persistent_workers()
+
+    def _stop_persistent_workers(self) -> None:
         persistent = getattr(self, "_iterator", None)
         if persistent is not None and hasattr(persistent, "_shutdown_workers"):
             persistent._shutdown_workers()
@@ -392,9 +381,3 @@ class _FluidLoader(WebLoader):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         WebLoader.load_state_dict(self.__dict__.get("_source", self), state)
-
-
-def _distributed() -> bool:
-    import torch.distributed as dist
-
-    return bool(dist.is_available() and dist.is_initialized())
