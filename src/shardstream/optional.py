@@ -1,13 +1,21 @@
 """Optional dependencies: import them on first use with an install hint, and tell whether this
-process is a torch DataLoader worker (without importing torch)."""
+process is a torch DataLoader worker (without importing torch) or this thread one of a loader's."""
 
 from __future__ import annotations
 
 import importlib
 import sys
+import threading
 from types import ModuleType
 
-__all__ = ["TORCH_INSTALL_HINT", "in_worker", "require", "require_torch"]
+__all__ = [
+    "TORCH_INSTALL_HINT",
+    "in_loader_thread",
+    "in_worker",
+    "mark_loader_thread",
+    "require",
+    "require_torch",
+]
 
 #: What to do when torch is missing. shardstream does not depend on torch on purpose: users pick the
 #: build (CPU or a CUDA version) themselves, and resolving shardstream must never pull a multi-GB wheel.
@@ -43,3 +51,17 @@ def in_worker() -> bool:
     """True inside a DataLoader worker process (where torch is imported by definition)."""
     torch_data = sys.modules.get("torch.utils.data")
     return torch_data is not None and torch_data.get_worker_info() is not None
+
+
+_local = threading.local()
+
+
+def mark_loader_thread() -> None:
+    """Called first on each thread of ``ss.Loader``'s pool (the per-sample stages' threads)."""
+    _local.loader = True
+
+
+def in_loader_thread() -> bool:
+    """True on a thread of ``ss.Loader``'s pool: like a DataLoader worker, one of several that
+    share the cores, so a stage should not start threads of its own (FFmpeg's, for one)."""
+    return getattr(_local, "loader", False)

@@ -291,3 +291,39 @@ def test_the_device_copy_keeps_the_batch_structure() -> None:
     moved = _move(batch, torch.device("cpu"), torch)
     assert type(moved["x"]) is tuple and isinstance(moved["x"][1], list) and moved["x"][1][1] == "name"
     assert type(moved["p"]) is pair and moved["p"].label == 3 and torch.equal(moved["p"].image, torch.ones(1))
+
+
+def test_stats_report_each_threaded_stage_and_a_verdict(urls: list[str]) -> None:
+    with make("shuffled", urls, num_threads=2) as loader:
+        assert "num_threads=N" in make("shuffled", urls).stats()["threads_verdict"]
+        assert "iterate the loader first" in loader.stats()["threads_verdict"]
+        for _ in loader:
+            pass
+        report = loader.stats()
+    stages = {s["stage"].partition(":")[2].split()[0] for s in report["threads"]}
+    assert {"decode", "map", "to_tuple"} <= stages, report["threads"]
+    assert all(0.0 <= s["gil_wait"] <= 1.0 for s in report["threads"])
+    assert report["num_threads"] == 2 and report["threads_verdict"]
+
+
+def test_the_verdict_names_a_stage_that_holds_the_gil() -> None:
+    from shardstream.loader.engine import GIL_BOUND, threads_verdict
+
+    free = {"stage": "5:decode", "gil_wait": 0.02}
+    held = {"stage": "6:map slow_python", "gil_wait": GIL_BOUND + 0.2}
+    verdict = threads_verdict([free, held], 4)
+    assert "6:map slow_python" in verdict and "5:decode" not in verdict
+    assert "num_workers" in verdict and "holds the GIL" in verdict
+    assert "in parallel" in threads_verdict([free], 4)
+
+
+def test_video_decoding_on_the_loader_s_threads_starts_no_ffmpeg_threads_of_its_own() -> None:
+    pytest.importorskip("av")
+    from shardstream.decoders._av import thread_count
+    from shardstream.pipeline.parallel import Threads
+
+    assert thread_count(None) == 0  # automatic in a plain thread: FFmpeg picks
+    with Threads(2) as pool:
+        # Each loader thread shares the cores with the others, as a DataLoader worker does.
+        assert pool.submit(thread_count, None).result() == 1
+        assert pool.submit(thread_count, 3).result() == 3

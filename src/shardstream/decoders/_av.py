@@ -14,7 +14,6 @@ DataLoader worker (parallelism comes from the workers) and FFmpeg's automatic co
 from __future__ import annotations
 
 import io
-import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -23,7 +22,8 @@ from types import ModuleType
 from typing import Any
 
 from ..errors import DecodingError
-from ..optional import require
+from ..optional import in_loader_thread, require
+from ..optional import in_worker as in_dataloader_worker
 
 __all__ = [
     "AV_INSTALL_HINT",
@@ -50,16 +50,11 @@ def require_av(purpose: str) -> ModuleType:
     return require("av", purpose=purpose, install=AV_INSTALL_HINT)
 
 
-def in_dataloader_worker() -> bool:
-    """True inside a torch DataLoader worker (checked without importing torch)."""
-    data = sys.modules.get("torch.utils.data")
-    return data is not None and data.get_worker_info() is not None
-
-
 def thread_count(threads: int | None) -> int:
-    """FFmpeg's thread count for ``threads=``: None -> 1 in a DataLoader worker, else 0 (automatic)."""
+    """FFmpeg's thread count for ``threads=``: None -> 1 in a DataLoader worker or on one of
+    ``ss.Loader``'s threads (each shares the cores with the others), else 0 (automatic)."""
     if threads is None:
-        return 1 if in_dataloader_worker() else 0
+        return 1 if in_dataloader_worker() or in_loader_thread() else 0
     return threads
 
 

@@ -23,14 +23,17 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
+
 from ..config import read_settings
 from ..errors import StateError
 from ..malloc import tune_allocator
-from ..pipeline.batch import default_collation_fn
+from ..pipeline.batch import BatchMemory, default_collation_fn
 from ..pipeline.parallel import Threads
 from ..pipeline.pipeline import close_iterator
 from ..pipeline.seams import LoaderDataset
-from ._state import VERSION, Live, fingerprint, restore_plan
+from ._state import Live, fingerprint, loader_state, restore_plan
+from .shm import MainRing, RingHandOff, RingWorkers, new_token, ring_directory
 from .threads import EpochRun
 
 __all__ = ["Loader"]
@@ -61,10 +64,27 @@ def _convert(data: Any) -> Any:
 
 
 class _Collate:
-    """The default batch maker: :func:`default_collation_fn`, then tensors (as DataLoader's)."""
+    """The default batch maker: :func:`default_collation_fn`, then tensors (as DataLoader's);
+    with ``memory``, arrays are stacked straight into the tensors it gives."""
+
+    def __init__(self, memory: BatchMemory | None = None) -> None:
+        self.memory = memory
 
     def __call__(self, samples: Any) -> Any:
-        return _convert(default_collation_fn(samples))
+        return _convert(default_collation_fn(samples, memory=self.memory))
+
+
+class _PinnedMemory:
+    """Pinned batch tensors (torch's caching host allocator reuses them once they are freed):
+    with ``pin_memory=True`` a batch is stacked into pinned memory once, not stacked then pinned."""
+
+    def __init__(self, torch: Any) -> None:
+        self.torch = torch
+
+    def empty(self, shape: tuple[int, ...], dtype: Any) -> Any:
+        torch = self.torch
+        kind = torch.from_numpy(np.empty(0, dtype)).dtype
+        return torch.empty(shape, dtype=kind, pin_memory=True)
 
 
 class Loader:
@@ -85,6 +105,9 @@ class Loader:
         device: copy every batch to this device, the next one on a side stream while the
             current one is used (``"cuda"``, ``"cuda:1"``); ``None``: stay on the CPU.
         persistent_workers: keep worker processes between epochs (process mode).
+        shm: process mode: workers stack batches into shared-memory buffers allocated once and
+            reused, each returning to its worker when the training loop drops the batch
+            (``shm.py``); ``False``: a fresh segment per batch, torch's way. Linux only.
         telemetry: time per stage (as ``WebLoader(telemetry=)``).
         tune_malloc: in thread mode, raise glibc's mmap and trim thresholds in this process
             when the first epoch starts (``malloc.py``), so decode buffers are reused on the heap
@@ -111,6 +134,7 @@ class Loader:
         persistent_workers: bool = True,
         telemetry: bool | None = None,
         tune_malloc: bool | None = None,
+        shm: bool = True,
     ) -> None:
         if not isinstance(dataset, LoaderDataset):
             raise TypeError(
@@ -133,21 +157,32 @@ class Loader:
         self._runs: weakref.WeakSet[_Batches] = weakref.WeakSet()
         self._pending: dict[str, Any] | None = None
         self._live: Live | None = None
+        self._attached = False  # see trainer_attached
+        self._ahead: weakref.ref[_Prefetch] | None = None  # the running epoch's device copy
         self._workers: Any = None  # process mode: the WebLoader that runs the worker processes
+        self._ring: MainRing | None = None  # process mode: the reused batch buffers' main side
         if num_workers > 0:
             from .loader import WebLoader
-            from .processes import ThreadedWorkers
+            from .processes import WorkerSetup
 
+            directory = ring_directory() if shm else None
+            ring = None
+            collate = self.collate_fn
+            if directory is not None:
+                token = new_token()
+                self._ring = MainRing(directory, token, pin=pin_memory and _cuda() is not None)
+                ring = RingWorkers(directory, token, budget=self.prefetch_factor + 3)
+                collate = RingHandOff(collate)
             self._workers = WebLoader(
                 dataset,
                 batch_size=batch_size,
                 num_workers=num_workers,
-                collate_fn=self.collate_fn if collate_fn else None,
+                collate_fn=collate,
                 drop_last=drop_last,
                 prefetch_factor=self.prefetch_factor,
                 persistent_workers=persistent_workers,
-                pin_memory=pin_memory,
-                worker_init_fn=ThreadedWorkers(num_threads) if num_threads > 1 else None,
+                pin_memory=pin_memory and ring is None,  # with buffers: pinned by the main side
+                worker_init_fn=WorkerSetup(num_threads, ring),
             )
         self._owned: list[Any] = []  # what close() (or garbage collection) stops: the thread pool
         weakref.finalize(self, _close_all, self._runs, self._owned)
@@ -155,7 +190,11 @@ class Loader:
     # -- iterating -------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:
         if self._workers is not None:
-            return _to_device(iter(self._workers), self.device)
+            batches: Iterator[Any] = iter(self._workers)
+            if self._ring is not None:
+                self._ring.forget_exited()
+                batches = _FromBuffers(self, batches, self._ring)
+            return self._to_device(batches)
         for run in list(self._runs):  # a new epoch ends the one still running
             run.close()
         dataset = self.dataset
@@ -177,7 +216,7 @@ class Loader:
         live = self._live = Live(epoch, [0], seen)
         batches = _Batches(self, live)
         self._runs.add(batches)
-        return _to_device(batches, self.device)
+        return self._to_device(batches)
 
     def set_epoch(self, epoch: int) -> None:
         """Use ``epoch`` for the next ``iter()``."""
@@ -191,27 +230,67 @@ class Loader:
             return n
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
-    # -- state -----------------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        """The position after the last batch yielded (``WebLoader``'s format; see ``_state.py``)."""
+    def _to_device(self, batches: Iterator[Any]) -> Iterator[Any]:
+        out = _to_device(batches, self.device)
+        self._ahead = weakref.ref(out) if isinstance(out, _Prefetch) else None
+        return out
+
+    def _held(self) -> int:
+        """Batches the device copy has taken ahead of the training loop (left out of the state)."""
+        prefetch = self._ahead() if self._ahead is not None else None
+        return prefetch.ahead if prefetch is not None else 0
+
+    # -- telemetry -------------------------------------------------------------------------------
+    def stats(self) -> dict[str, Any]:
+        """What this loader did, as plain data. Process mode: ``WebLoader.stats()`` (with
+        ``telemetry=True``), plus ``shared_buffers`` (batches that came through the reused
+        buffers). Thread mode: the pipeline's report in this process (``DataPipeline.stats()``),
+        with ``threads``: each per-sample stage's share of time blocked (waiting for the GIL)
+        while it ran on the threads, and ``threads_verdict``: whether threads run the stages in
+        parallel or a stage holds the GIL (Python code) and worker processes would help."""
         if self._workers is not None:
+            report = dict(self._workers.stats())
+            if self._ring is not None:
+                report["shared_buffers"] = {"batches": self._ring.batches}
+            return report
+        report = dict(self.dataset.stats())
+        report["num_threads"] = self.num_threads
+        report["threads_verdict"] = threads_verdict(report.get("threads", []), self.num_threads)
+        return report
+
+    # -- state -----------------------------------------------------------------------------------
+    @property
+    def trainer_attached(self) -> bool:
+        """Set by shardstream's Lightning callback while a Trainer fits with this loader
+        (``loader/lightning.py``): the state then leaves out the batches Lightning prefetched but
+        has not trained on, and holds every rank's state (as ``WebLoader.trainer_attached``)."""
+        return self._attached
+
+    @trainer_attached.setter
+    def trainer_attached(self, attached: bool) -> None:
+        self._attached = attached
+        if self._workers is not None:  # process mode: the WebLoader keeps the state
+            self._workers.trainer_attached = attached
+
+    def batch_trained(self) -> None:
+        """Called by shardstream's Lightning callback when a training step starts on one of this
+        loader's batches (batches yielded but not trained on are not in :meth:`state_dict`)."""
+        if self._workers is not None:
+            self._workers.batch_trained()
+        elif self._live is not None:
+            self._live.trained += 1
+
+    def state_dict(self) -> dict[str, Any]:
+        """The position after the last batch yielded (``WebLoader``'s format; see ``_state.py``);
+        under a Lightning Trainer, after the last batch trained on, with every rank's state."""
+        if self._workers is not None:
+            self._workers.held = self._held()
             return dict(self._workers.state_dict())
         if self._pending is not None:
             return dict(self._pending["state"])
-        dataset = self.dataset
-        world = dataset.context(0).world
-        state: dict[str, Any] = {
-            "version": VERSION,
-            "fingerprint": fingerprint(dataset, self.batch_size),
-            "rank": world.rank,
-            "world_size": world.world_size,
-            "num_workers": 0,
-        }
-        live = self._live
-        if live is None or live.finished:
-            epoch = (live.epoch + 1) if live is not None else dataset.next_epoch()
-            return {**state, "epoch": epoch, "next_worker": 0, "workers": [None]}
-        return {**state, "epoch": live.epoch, "next_worker": 0, "workers": list(live.seen)}
+        return loader_state(
+            self.dataset, self.batch_size, 0, self._live, trainer_attached=self._attached, held=self._held()
+        )
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state`` at the next ``iter()`` (exact, or elastic from another
@@ -239,6 +318,8 @@ class Loader:
         """Stop every running epoch, join every thread, shut worker processes down."""
         if self._workers is not None:
             self._workers.close()
+        if self._ring is not None:
+            self._ring.close()  # names a killed worker left behind
         _close_all(self._runs, self._owned)
         self._threads = None
 
@@ -261,7 +342,7 @@ class _Batches:
         self.run = EpochRun(
             loader.dataset,
             batch_size=loader.batch_size,
-            collate=loader.collate_fn if not loader.pin_memory else _Pinning(loader.collate_fn),
+            collate=_collate_for(loader),
             drop_last=loader.drop_last,
             prefetch=loader.prefetch_factor,
             threads=loader._threads,
@@ -294,6 +375,33 @@ class _Batches:
 
     def __del__(self) -> None:
         self.close()
+
+
+class _FromBuffers:
+    """Process mode's batches with every tensor sent through a reused buffer made whole again
+    (``shm.py``); keeps its loader alive, as :class:`_Batches` does."""
+
+    def __init__(self, loader: Loader, batches: Iterator[Any], ring: MainRing) -> None:
+        self.loader, self.batches, self.ring = loader, batches, ring
+
+    def __iter__(self) -> _FromBuffers:
+        return self
+
+    def __next__(self) -> Any:
+        return self.ring.take(next(self.batches))
+
+    def close(self) -> None:
+        close_iterator(self.batches)
+
+
+def _collate_for(loader: Loader) -> Callable[[Any], Any]:
+    """Thread mode's batch maker: the loader's, pinning its batches when asked (and possible)."""
+    torch = _cuda() if loader.pin_memory else None
+    if torch is None:
+        return loader.collate_fn
+    if type(loader.collate_fn) is _Collate:
+        return _Collate(memory=_PinnedMemory(torch))
+    return _Pinning(loader.collate_fn)
 
 
 class _Pinning:
@@ -356,6 +464,7 @@ class _Prefetch:
         self.stream = torch.cuda.Stream(device=device)
         self.next: Any = None
         self.done = False
+        self.ahead = 0  # batches taken from the loader but not handed out yet (0 or 1)
         self._advance()
 
     def _advance(self) -> None:
@@ -363,7 +472,9 @@ class _Prefetch:
             host = next(self.batches)
         except StopIteration:
             self.done = True
+            self.ahead = 0
             return
+        self.ahead = 1
         with self.torch.cuda.stream(self.stream):
             self.next = _move(host, self.device, self.torch)
 
@@ -393,6 +504,38 @@ def _record(data: Any, torch: Any) -> None:
     elif isinstance(data, (list, tuple)):
         for v in data:
             _record(v, torch)
+
+
+def threads_verdict(stages: list[dict[str, Any]], num_threads: int) -> str:
+    """Whether the per-sample stages ran in parallel on the threads (see :meth:`Loader.stats`)."""
+    if num_threads == 1:
+        return (
+            "one thread: num_threads=N runs the per-sample stages (decode, map) in parallel when "
+            "they release the GIL; see threads in stats() after a run with N > 1"
+        )
+    if not stages:
+        return "no per-sample stage has run on the threads yet (iterate the loader first)"
+    held = [s for s in stages if s["gil_wait"] >= GIL_BOUND]
+    if not held:
+        return (
+            f"threads run the per-sample stages in parallel: they waited for the GIL "
+            f"{_waits(stages)} of their time"
+        )
+    return (
+        f"{', '.join(s['stage'] for s in held)} waited for the GIL {_waits(held)} of its time on "
+        f"{num_threads} threads: it holds the GIL (Python code), so the threads take turns on it "
+        f"and do not help. Worker processes run it in parallel: ss.Loader(..., num_workers=M) "
+        "(with num_threads per worker for stages that release the GIL)"
+    )
+
+
+#: A stage blocked this share of its time on threads holds the GIL (a pure-Python map on 2 threads
+#: waits about half of its time; a JPEG decode waits a few percent).
+GIL_BOUND = 0.25
+
+
+def _waits(stages: list[dict[str, Any]]) -> str:
+    return "/".join(f"{s['gil_wait']:.0%}" for s in stages)
 
 
 def _close_all(runs: weakref.WeakSet[_Batches], owned: list[Any]) -> None:

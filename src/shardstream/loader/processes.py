@@ -5,21 +5,25 @@ from __future__ import annotations
 from typing import Any
 
 from ..pipeline.parallel import Threads
+from .shm import RingWorkers
 
-__all__ = ["ThreadedWorkers"]
+__all__ = ["WorkerSetup"]
 
 
-class ThreadedWorkers:
+class WorkerSetup:
     """A picklable ``worker_init_fn``: the worker's copy of the pipeline runs its per-sample stages
-    on ``n`` threads of its own (the pool lives as long as the worker process)."""
+    on ``threads`` threads of its own (the pool lives as long as the worker process), and its
+    batches are stacked into reused shared-memory buffers when ``ring`` is given (``shm.py``)."""
 
-    def __init__(self, n: int) -> None:
-        self.n = n
+    def __init__(self, threads: int, ring: RingWorkers | None) -> None:
+        self.threads, self.ring = threads, ring
 
     def __call__(self, worker_id: int) -> None:
         from torch.utils.data import get_worker_info
 
+        if self.ring is not None:
+            self.ring(worker_id)
         info = get_worker_info()
-        if info is not None:
+        if info is not None and self.threads > 1:
             dataset: Any = info.dataset  # the worker's copy of the loader's pipeline
-            dataset.use_threads(Threads(self.n, name=f"shardstream-map-w{worker_id}"))
+            dataset.use_threads(Threads(self.threads, name=f"shardstream-map-w{worker_id}"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -12,6 +12,7 @@ from .base import Node, RunContext, Stage, StateDict
 from .iterable import in_worker
 
 __all__ = [
+    "BatchMemory",
     "Batched",
     "Expand",
     "batched",
@@ -19,12 +20,33 @@ __all__ = [
     "listed",
     "unbatched",
     "unlisted",
+    "use_batch_memory",
 ]
 
 Collate = Callable[[list[Any]], Any]
 
 # Below this size per sample the shared-memory setup costs more than the copy it saves.
 _SHARED_MIN_BYTES = 4096
+
+
+class BatchMemory(Protocol):
+    """Where a worker process stacks its batches' arrays (installed by a loader, see
+    :func:`use_batch_memory`)."""
+
+    def empty(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> Any:
+        """A contiguous torch tensor of ``shape`` and ``dtype`` to stack a batch's arrays into
+        (shared with the loader's main process in a worker, pinned in one process), or ``None``
+        to stack them the usual way this time."""
+        ...
+
+
+_memory: list[BatchMemory] = []
+
+
+def use_batch_memory(memory: BatchMemory | None) -> None:
+    """In a worker process: stack batches' large arrays into ``memory`` (``None``: a fresh
+    shared-memory segment per array, torch's way). ``ss.Loader`` installs its reused buffers."""
+    _memory[:] = [memory] if memory is not None else []
 
 
 def _stack_into_shared_tensor(values: list[np.ndarray[Any, Any]]) -> Any:
@@ -38,6 +60,11 @@ def _stack_into_shared_tensor(values: list[np.ndarray[Any, Any]]) -> Any:
     import torch
 
     first = values[0]
+    if _memory:
+        out = _memory[0].empty((len(values), *first.shape), first.dtype)
+        if out is not None:
+            np.stack(values, out=out.numpy())
+            return out
     dtype = torch.from_numpy(first[:0].reshape(0)).dtype
     storage = torch.UntypedStorage._new_shared(len(values) * first.nbytes)  # type: ignore[no-untyped-call]
     out = torch.empty(0, dtype=dtype).set_(storage).view(len(values), *first.shape)
@@ -45,7 +72,9 @@ def _stack_into_shared_tensor(values: list[np.ndarray[Any, Any]]) -> Any:
     return out
 
 
-def _combine(values: list[Any], combine_tensors: bool, combine_scalars: bool) -> Any:
+def _combine(
+    values: list[Any], combine_tensors: bool, combine_scalars: bool, memory: BatchMemory | None = None
+) -> Any:
     first = values[0]
     if combine_scalars and isinstance(first, (numbers.Number, np.generic)) and not isinstance(first, bool):
         return np.array(values)
@@ -53,11 +82,16 @@ def _combine(values: list[Any], combine_tensors: bool, combine_scalars: bool) ->
         if isinstance(first, np.ndarray):
             if (
                 first.dtype.kind in "biuf"
-                and first.nbytes >= _SHARED_MIN_BYTES
+                and (memory is not None or first.nbytes >= _SHARED_MIN_BYTES)
                 and all(v.shape == first.shape and v.dtype == first.dtype for v in values)
-                and in_worker()
             ):
-                return _stack_into_shared_tensor(values)
+                if memory is not None:
+                    out = memory.empty((len(values), *first.shape), first.dtype)
+                    if out is not None:
+                        np.stack(values, out=out.numpy())
+                        return out
+                elif in_worker():
+                    return _stack_into_shared_tensor(values)
             return np.stack(values)
         if type(first).__module__ == "torch" and type(first).__name__ == "Tensor":
             import torch
@@ -67,14 +101,19 @@ def _combine(values: list[Any], combine_tensors: bool, combine_scalars: bool) ->
 
 
 def default_collation_fn(
-    samples: Sequence[Any], combine_tensors: bool = True, combine_scalars: bool = True
+    samples: Sequence[Any],
+    combine_tensors: bool = True,
+    combine_scalars: bool = True,
+    *,
+    memory: BatchMemory | None = None,
 ) -> Any:
     """Collate a list of tuples (or dicts) into one tuple (dict) of batched columns.
 
     Numbers become a numpy array, numpy arrays and torch tensors are stacked, anything else
     (strings, bytes, PIL images) becomes a list. Inside a DataLoader worker, large numeric
     arrays are stacked into a shared-memory torch tensor instead of a numpy array (the loader
-    would convert the numpy batch to a tensor anyway, with one more copy).
+    would convert the numpy batch to a tensor anyway, with one more copy). With ``memory``,
+    numeric arrays are stacked into the tensors it gives (pinned memory, for one).
     """
     if not samples:
         raise ValueError("cannot collate an empty batch")
@@ -87,15 +126,15 @@ def default_collation_fn(
                     f"cannot collate samples with different fields: {sorted(first)} vs {sorted(s)} "
                     f"(sample {s.get('__key__')!r}); use to_tuple() or map() to make them uniform"
                 )
-        return {k: _combine([s[k] for s in samples], combine_tensors, combine_scalars) for k in keys}
+        return {k: _combine([s[k] for s in samples], combine_tensors, combine_scalars, memory) for k in keys}
     if isinstance(first, (list, tuple)):
         width = len(first)
         if any(len(s) != width for s in samples):
             raise ValueError("cannot collate tuples of different lengths")
         return tuple(
-            _combine([s[i] for s in samples], combine_tensors, combine_scalars) for i in range(width)
+            _combine([s[i] for s in samples], combine_tensors, combine_scalars, memory) for i in range(width)
         )
-    return _combine(list(samples), combine_tensors, combine_scalars)
+    return _combine(list(samples), combine_tensors, combine_scalars, memory)
 
 
 class _BatchNode(Node):

@@ -103,4 +103,8 @@ def pipeline_stats(setting: Setting, steps: list[Any]) -> dict[str, Any]:
             "WebLoader(..., telemetry=True) or SHARDSTREAM_TELEMETRY=1",
         }
     report["skipped"] = sum(s.skipped for _, s in skips)
+    waits = [(label, s.gil_wait()) for label, s in skips]
+    threaded = [{"stage": label, "gil_wait": round(x, 3)} for label, x in waits if x is not None]
+    if threaded:  # stages that ran on ss.Loader's threads: the share of their time spent blocked
+        report["threads"] = threaded
     return report

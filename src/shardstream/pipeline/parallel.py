@@ -26,22 +26,43 @@ Chunks: a handful of microseconds of pool overhead per submission would dominate
 times the work per item on the pool threads and sizes chunks to about 4 ms of work (on 2 cores,
 256x256 JPEGs: 363 us of CPU per sample with 4-5 ms chunks, 393 us with one 0.3 ms decode per
 task; one thread needs 330 us).
+
+The GIL: one chunk in eight times each stage's calls in wall and thread CPU time, and the
+chunk's wait for a core (the kernel's run-queue time, ``/proc/thread-self/schedstat``), into the
+stage's :class:`~shardstream.telemetry.stats.StageStats` (always on: two clock reads per stage
+and item of that chunk). What remains of a call's wall time, neither on a core nor waiting for
+one, is time blocked: for a stage that does no I/O, waiting for the GIL. A stage that releases
+the GIL (a JPEG decode in C) waits little; one that holds it (a pure-Python map) waits while
+the other threads take their turns. ``ss.Loader.stats()`` names such a stage and says that
+processes would help.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from ..optional import mark_loader_thread
 from .base import MapStage, Node, RunContext, StateDict
 
 __all__ = ["ParallelMapNode", "Threads", "build_parallel"]
 
 _CHUNK_SECONDS = 0.004  # target work per submitted chunk (measured: 0.5 ms chunks cost 8% more CPU)
 _MAX_CHUNK = 64
+_SAMPLE_EVERY = 8  # one chunk in this many times each stage in wall and CPU time (the GIL check)
+
+
+def _run_queue_ns() -> int:
+    """Nanoseconds this thread has waited for a core so far (Linux schedstat; 0 elsewhere)."""
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as f:
+            return int(f.read().split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
 
 
 class Threads:
@@ -54,7 +75,7 @@ class Threads:
         if n < 1:
             raise ValueError(f"num_threads={n} must be at least 1")
         self.n = n
-        self._pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix=name)
+        self._pool = ThreadPoolExecutor(n, thread_name_prefix=name, initializer=mark_loader_thread)
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
         return self._pool.submit(fn, *args)
@@ -116,6 +137,8 @@ class ParallelMapNode(Node):
         self.last: Any = None
         self.per_item = 0.0  # seconds of work per item, measured on the pool threads
         self.inflight: deque[Future[Any]] = deque()
+        self.chunks = 0
+        self.lock = threading.Lock()  # the stages' thread counters, added to from pool threads
         if upstream.tell is not None:
             self.tell = self._tell
         tokens = list((state or {}).get("pending", []))
@@ -152,6 +175,9 @@ class ParallelMapNode(Node):
     # -- running ---------------------------------------------------------------------------------
     def _work(self, items: list[Any]) -> tuple[list[Any], float]:
         """Runs on a pool thread: every stage over every item of one chunk."""
+        self.chunks += 1  # a race here only moves which chunk is sampled
+        if self.chunks % _SAMPLE_EVERY == 1:
+            return self._work_sampled(items)
         start = time.perf_counter()
         fns, drop_none = self.fns, self.drop_none
         out = []
@@ -166,6 +192,39 @@ class ParallelMapNode(Node):
                     item = _DROPPED
                     break
             out.append(item)
+        return out, (time.perf_counter() - start) / max(len(items), 1)
+
+    def _work_sampled(self, items: list[Any]) -> tuple[list[Any], float]:
+        """:meth:`_work`, timing each stage's calls in wall and thread CPU time: a stage whose
+        calls get much less CPU than wall time while threads run it waits for the GIL."""
+        start = time.perf_counter()
+        queued = _run_queue_ns()
+        fns, drop_none = self.fns, self.drop_none
+        wall = [0] * len(fns)
+        cpu = [0] * len(fns)
+        out = []
+        for item in items:
+            for i, fn in enumerate(fns):
+                w0, c0 = time.perf_counter_ns(), time.thread_time_ns()
+                try:
+                    item = fn(item)
+                except Exception as exn:
+                    item = _Failed(i, exn)
+                    break
+                finally:
+                    cpu[i] += time.thread_time_ns() - c0
+                    wall[i] += time.perf_counter_ns() - w0
+                if item is None and drop_none[i]:
+                    item = _DROPPED
+                    break
+            out.append(item)
+        queued = _run_queue_ns() - queued  # waiting for a core, not for the GIL
+        total = sum(wall) or 1
+        with self.lock:
+            for stage, w, c in zip(self.stages, wall, cpu, strict=True):
+                stage.stats.thread_wall_ns += w
+                stage.stats.thread_cpu_ns += c
+                stage.stats.thread_queued_ns += queued * w // total
         return out, (time.perf_counter() - start) / max(len(items), 1)
 
     def _chunk_size(self) -> int:
