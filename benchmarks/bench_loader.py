@@ -1,40 +1,84 @@
 """bench_loader: ss.Loader (threads, processes) against the decode-only ceiling and the peers.
 
-2,000 256x256 JPEGs decoded to RGB arrays, batches of 32, on this machine's cores. Cases, each
-run once per round in alternating order (``--rounds``), every pass reading the whole dataset:
+Three sections (``--only images|tiny|video``, repeatable; default: all three). In each, every case
+runs once per round in alternating order (``--rounds``), every pass reading the whole dataset.
+
+**images**: 2,000 256x256 JPEGs decoded to RGB arrays, batches of 32, on this machine's cores:
 
 * **ceiling**: the JPEGs already in memory, decoded by 2 forked processes with no pipeline;
 * **webdataset 1.0.2 + DataLoader(2 workers)**: its pipeline with the same decoder as ours;
+* **SPDL 0.8.0**: ``spdl.pipeline.PipelineBuilder`` as its getting-started guide builds one:
+  our tar reader (``ss.Dataset``, no decoding) as the source of (jpeg bytes, label) samples,
+  ``pipe(decode, concurrency=num_threads)``, ``aggregate(32)``, ``pipe(default_collate)``,
+  ``add_sink``, ``build(num_threads=num_threads)``; skipped, with an install hint, without spdl;
 * **shardstream WebLoader(2 workers)**: today's torch DataLoader path;
 * **ss.Loader, threads**: one process, ``num_threads`` threads for the per-sample stages;
 * **ss.Loader, processes**: 2 worker processes (persistent, as the default).
 
-Both libraries decode with the same function (``--decoder simplejpeg`` or ``pillow``), applied
-as a ``map_dict`` on the raw ``jpg`` bytes, so the differences are the engines. Reported: samples
-per second (median of rounds) and its share of the ceiling, the ratio to webdataset, time from
-``iter()`` to the first batch, and the peak RSS of the whole process tree (sampled every 20 ms).
+Every side decodes with the same function (``--decoder simplejpeg`` or ``pillow``), applied as a
+``map_dict`` (SPDL: a ``pipe``) on the raw ``jpg`` bytes, so the differences are the engines.
 
-    .venv/bin/python benchmarks/bench_loader.py [--rounds 3] [--decoder simplejpeg|pillow] [--markdown F]
+**tiny**: 50,000 samples of a ~60-byte JSON label and a 16-byte payload (``--tiny-count``), where
+the cost per sample of the engine dominates; the same two functions on every side (label to an
+int, payload to a uint8 array), batches of 32. ss.Loader (threads, processes), WebLoader and
+webdataset + DataLoader, 2 workers each; the reference is today's WebLoader (the target:
+ss.Loader >= 1.5x, printed under the table).
+
+**video**: 96 samples over 24 distinct 8 s 640x360 H.264 videos (``--videos``, ``--video-unique``),
+one random 8-frame clip each, decoded by shardstream's ``VideoClips`` stage (seeking, one FFmpeg
+thread unless ``--ffmpeg-threads``), batches of 8: ss.Loader (threads, processes), WebLoader(2
+workers), and webdataset + DataLoader(2 workers). webdataset's own video decoder
+(``torch_video``) needs torchvision's ``read_video`` (gone from torchvision) and decodes whole
+files; its row calls the same ``VideoClips`` object on each sample in a ``map``, so it measures
+webdataset's engine around our decoder. The reference is WebLoader.
+
+Every case first runs one unmeasured pass (``--no-warmup`` skips it). Reported per section:
+samples (clips) per second (median over rounds and passes), the ratio to the reference, time from
+``iter()`` to the first batch, and the peak RSS of the whole process tree (sampled every 20 ms).
+Datasets are built once and cached in ``--data`` (``images``, ``loader-tiny``, ``loader-video``;
+other sizes get their own directories).
+
+    .venv/bin/python benchmarks/bench_loader.py [--rounds 3] [--only images|tiny|video]
+        [--decoder simplejpeg|pillow] [--threads 2] [--markdown F]
 """
 
 from __future__ import annotations
 
 import argparse
 import io
+import json
 import statistics
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import build_image_dataset, emit_report, machine_line  # noqa: E402
+from _common import (  # noqa: E402
+    _mark,
+    _ready,
+    _write_shards,
+    build_image_dataset,
+    emit_report,
+    machine_line,
+    shard_paths,
+)
 
 BATCH = 32
 COUNT = 2_000
+SECTIONS = ("images", "tiny", "video")
+SPDL_HINT = ".venv/bin/pip install spdl==0.8.0"
+
+#: tiny section: (samples, shards) by default.
+TINY = (50_000, 10)
+#: video section: samples, distinct encodings, samples per shard, clips per batch, frames per clip.
+VIDEOS, VIDEO_UNIQUE, VIDEO_PER_SHARD, VIDEO_BATCH, CLIP = 96, 24, 12, 8, 8
+SECONDS, FPS, WIDTH, HEIGHT, GOP = 8, 25, 640, 360, 50
 
 
 def _decoder(name: str) -> Callable[[bytes], Any]:
@@ -43,10 +87,97 @@ def _decoder(name: str) -> Callable[[bytes], Any]:
 
         decode_jpeg = simplejpeg.decode_jpeg
         return lambda data: decode_jpeg(bytes(data), colorspace="RGB")
-    import numpy as np
     from PIL import Image
 
     return lambda data: np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+
+
+# ------------------------------------------------------------------------------------------------
+# Datasets of the tiny and video sections (the images are _common's)
+
+
+def build_tiny(root: Path, count: int, shards: int) -> list[str]:
+    """``count`` samples of a ``json`` label and a 16-byte ``bin`` payload (cached in ``root``)."""
+    directory = root / ("loader-tiny" if (count, shards) == TINY else f"loader-tiny-{count}-{shards}")
+    params = {"kind": "loader-tiny", "count": count, "shards": shards, "version": 1}
+    if not _ready(directory, params):
+
+        def gen() -> Iterable[dict[str, Any]]:
+            rng = np.random.default_rng(0)
+            for i in range(count):
+                label = {"label": i % 1000, "id": f"s{i:08d}", "source": "synthetic"}
+                yield {"__key__": f"s{i:08d}", "json": label, "bin": rng.bytes(16)}
+
+        _write_shards(directory, "tiny", gen(), per_shard=-(-count // shards))
+        _mark(directory, params)
+    return shard_paths(directory, "tiny", shards)
+
+
+def build_video(root: Path, videos: int, unique: int) -> list[str]:
+    """``videos`` samples (``mp4`` + ``json`` + ``txt``) over ``unique`` encodings (cached in ``root``)."""
+    from shardstream.decoders._synthetic import encode_video
+
+    default = (videos, unique) == (VIDEOS, VIDEO_UNIQUE)
+    directory = root / ("loader-video" if default else f"loader-video-{videos}-{unique}")
+    params = {
+        "kind": "loader-video", "videos": videos, "unique": unique, "seconds": SECONDS, "fps": FPS,
+        "size": [WIDTH, HEIGHT], "gop": GOP, "per_shard": VIDEO_PER_SHARD, "version": 1,
+    }  # fmt: skip
+    shards = -(-videos // VIDEO_PER_SHARD)
+    if not _ready(directory, params):
+        rng = np.random.default_rng(0)
+        encoded = []
+        for i in range(unique):
+            texture = rng.integers(0, 256, (HEIGHT // 8, WIDTH // 8 * 2, 3), dtype=np.uint8)
+            texture = texture.repeat(8, 0).repeat(8, 1)
+            print(f"  encoding video {i + 1}/{unique} ({SECONDS} s {WIDTH}x{HEIGHT}, gop {GOP})", flush=True)
+            data = encode_video(
+                SECONDS * FPS, fps=FPS, width=WIDTH, height=HEIGHT, gop=GOP, texture=texture,
+                options={"preset": "veryfast"}, faststart=True,
+            )  # fmt: skip
+            encoded.append(data)
+
+        def gen() -> Iterable[dict[str, Any]]:
+            for k in range(videos):
+                meta = {"duration": SECONDS, "source": k % unique}
+                yield {"__key__": f"vid{k:06d}", "mp4": encoded[k % unique], "json": meta, "txt": str(k)}
+
+        _write_shards(directory, "video", gen(), per_shard=VIDEO_PER_SHARD)
+        _mark(directory, params)
+    return shard_paths(directory, "video", shards)
+
+
+# ------------------------------------------------------------------------------------------------
+# Per-sample functions, the same on every side (module level: picklable for worker processes)
+
+
+def tiny_label(data: bytes) -> int:
+    return int(json.loads(bytes(data))["label"])
+
+
+def tiny_payload(data: bytes) -> np.ndarray[Any, np.dtype[np.uint8]]:
+    return np.frombuffer(bytearray(data), dtype=np.uint8)  # writable: torch warns on read-only arrays
+
+
+def clip_frames(sample: tuple[Any, Any]) -> tuple[Any, Any]:
+    """(VideoClips' dict, key) to (the clip's frames, key): ``num_frames x H x W x 3``."""
+    clip, key = sample
+    return clip["frames"][0], key
+
+
+class ClipSample:
+    """The webdataset side: the same VideoClips decoder, called on each sample's ``mp4`` field."""
+
+    def __init__(self, clips: Any) -> None:
+        self.clips = clips
+
+    def __call__(self, sample: dict[str, Any]) -> dict[str, Any]:
+        sample["mp4"] = self.clips.decode_in_sample(".mp4", sample["mp4"], sample)
+        return sample
+
+
+# ------------------------------------------------------------------------------------------------
+# Measurement
 
 
 class TreeRss:
@@ -88,11 +219,25 @@ class TreeRss:
 class Case:
     """A loader made once per round; a pass iterates it once (workers persist between passes)."""
 
-    def __init__(self, name: str, make: Callable[[], Any]) -> None:
-        self.name, self.make = name, make
+    def __init__(self, name: str, make: Callable[[], Any], expect: int = COUNT) -> None:
+        self.name, self.make, self.expect = name, make, expect
         self.rates: list[float] = []
         self.first: list[float] = []
         self.rss: list[int] = []
+
+    def warm_up(self) -> None:
+        """One unmeasured pass of a loader made for it, with the RSS sampler running as in a round:
+        its thread makes shardstream start workers from its forkserver, whose first start the
+        warm-up then takes."""
+        with TreeRss():
+            loader = self.make()
+            try:
+                for _ in loader:
+                    pass
+            finally:
+                close = getattr(loader, "close", None)
+                if close is not None:
+                    close()
 
     def round(self, passes: int) -> None:
         with TreeRss() as rss:
@@ -106,8 +251,8 @@ class Case:
                             first = time.perf_counter() - t0
                         n += len(batch[1])
                     wall = time.perf_counter() - t0
-                    if n != COUNT:
-                        raise RuntimeError(f"{self.name} yielded {n} samples, expected {COUNT}")
+                    if n != self.expect:
+                        raise RuntimeError(f"{self.name} yielded {n} samples, expected {self.expect}")
                     self.rates.append(n / wall)
                     self.first.append(first or 0.0)
             finally:
@@ -117,7 +262,53 @@ class Case:
         self.rss.append(rss.peak)
 
 
-def cases(urls: list[str], decode: Callable[[bytes], Any], threads: int) -> list[Case]:
+class SpdlLoader:
+    """An SPDL pipeline over a re-iterable source (``continuous=True``): each ``iter()`` is one
+    epoch (``Pipeline.get_iterator``), as the other loaders' persistent workers; ``close()`` stops
+    its threads."""
+
+    def __init__(self, pipeline: Any) -> None:
+        self.pipeline = pipeline
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.pipeline.get_iterator())
+
+    def close(self) -> None:
+        self.pipeline.stop()
+
+
+def spdl_case(urls: list[str], decode: Callable[[bytes], Any], threads: int) -> Case | None:
+    """SPDL 0.8.0's PipelineBuilder over ``ss.Dataset`` (no decoding) as the source; None without spdl."""
+    try:
+        from spdl.pipeline import PipelineBuilder
+    except ImportError as exc:
+        print(f"SPDL row skipped: spdl.pipeline is not importable ({exc}); install it with `{SPDL_HINT}`")
+        return None
+    from torch.utils.data import default_collate
+
+    import shardstream as ss
+
+    def decode_sample(sample: tuple[Any, Any]) -> tuple[Any, Any]:
+        jpg, cls = sample
+        return decode(jpg), cls
+
+    def make() -> SpdlLoader:
+        source = ss.Dataset(urls, shuffle_shards=False).to_tuple("jpg", "cls")
+        pipeline = (
+            PipelineBuilder()
+            .add_source(source, continuous=True)
+            .pipe(decode_sample, concurrency=threads)
+            .aggregate(BATCH)
+            .pipe(default_collate)
+            .add_sink(3)
+            .build(num_threads=threads)
+        )
+        return SpdlLoader(pipeline)
+
+    return Case(f"SPDL 0.8.0, {threads} threads", make)
+
+
+def image_cases(urls: list[str], decode: Callable[[bytes], Any], threads: int) -> list[Case]:
     import webdataset
     from torch.utils.data import DataLoader
 
@@ -130,13 +321,90 @@ def cases(urls: list[str], decode: Callable[[bytes], Any], threads: int) -> list
         return webdataset.WebDataset(urls, shardshuffle=False).map_dict(jpg=decode).to_tuple("jpg", "cls")
 
     two = {"batch_size": BATCH, "num_workers": 2, "persistent_workers": True}
+    spdl = spdl_case(urls, decode, threads)
     return [
         Case("webdataset 1.0.2 + DataLoader(2 workers)", lambda: DataLoader(theirs(), **two)),
+        *([spdl] if spdl is not None else []),
         Case("shardstream WebLoader(2 workers)", lambda: ss.WebLoader(ours(), **two)),
         Case(
             f"ss.Loader, {threads} threads", lambda: ss.Loader(ours(), batch_size=BATCH, num_threads=threads)
         ),
         Case("ss.Loader, 2 processes", lambda: ss.Loader(ours(), batch_size=BATCH, num_workers=2)),
+    ]
+
+
+def tiny_cases(urls: list[str], count: int, threads: int) -> list[Case]:
+    import webdataset
+    from torch.utils.data import DataLoader
+
+    import shardstream as ss
+
+    def ours() -> Any:
+        return (
+            ss.Dataset(urls, shuffle_shards=False)
+            .map_dict(json=tiny_label, bin=tiny_payload)
+            .to_tuple("json", "bin")
+        )
+
+    def theirs() -> Any:
+        return (
+            webdataset.WebDataset(urls, shardshuffle=False)
+            .map_dict(json=tiny_label, bin=tiny_payload)
+            .to_tuple("json", "bin")
+        )
+
+    two = {"batch_size": BATCH, "num_workers": 2, "persistent_workers": True}
+    return [
+        Case("shardstream WebLoader(2 workers)", lambda: ss.WebLoader(ours(), **two), count),
+        Case("webdataset 1.0.2 + DataLoader(2 workers)", lambda: DataLoader(theirs(), **two), count),
+        Case(
+            f"ss.Loader, {threads} threads",
+            lambda: ss.Loader(ours(), batch_size=BATCH, num_threads=threads),
+            count,
+        ),
+        Case("ss.Loader, 2 processes", lambda: ss.Loader(ours(), batch_size=BATCH, num_workers=2), count),
+    ]
+
+
+def video_cases(urls: list[str], videos: int, threads: int, ffmpeg_threads: int | None) -> list[Case]:
+    import webdataset
+    from torch.utils.data import DataLoader
+
+    import shardstream as ss
+
+    def clips() -> Any:
+        return ss.VideoClips(CLIP, threads=ffmpeg_threads)
+
+    def ours() -> Any:
+        return (
+            ss.Dataset(urls, shuffle_shards=False)
+            .decode(clips(), only=["mp4"])
+            .to_tuple("mp4", "__key__")
+            .map(clip_frames)
+        )
+
+    def theirs() -> Any:
+        return (
+            webdataset.WebDataset(urls, shardshuffle=False)
+            .map(ClipSample(clips()))
+            .to_tuple("mp4", "__key__")
+            .map(clip_frames)
+        )
+
+    two = {"batch_size": VIDEO_BATCH, "num_workers": 2, "persistent_workers": True}
+    return [
+        Case("shardstream WebLoader(2 workers)", lambda: ss.WebLoader(ours(), **two), videos),
+        Case("webdataset 1.0.2 + DataLoader(2 workers)", lambda: DataLoader(theirs(), **two), videos),
+        Case(
+            f"ss.Loader, {threads} threads",
+            lambda: ss.Loader(ours(), batch_size=VIDEO_BATCH, num_threads=threads),
+            videos,
+        ),
+        Case(
+            "ss.Loader, 2 processes",
+            lambda: ss.Loader(ours(), batch_size=VIDEO_BATCH, num_workers=2),
+            videos,
+        ),
     ]
 
 
@@ -169,53 +437,200 @@ def ceiling_rate(urls: list[str], decoder: str) -> float:
     return len(jpegs) / max(times)
 
 
+def run_rounds(
+    section: str,
+    cases: list[Case],
+    args: argparse.Namespace,
+    unit: str = "samples",
+    before: Callable[[int], None] | None = None,
+) -> None:
+    """Every case once per round, the order reversed every other round (A B, B A, ...).
+
+    With ``args.warmup``, every case first runs one unmeasured pass: imports, the page cache and
+    the start of shardstream's forkserver (once per process, ~1.5 s) would otherwise land on the
+    first measured pass of whichever case comes first.
+    """
+    rounds, passes = args.rounds, args.passes
+    if args.warmup:
+        for case in cases:
+            case.warm_up()
+            print(f"{section} warm-up {case.name}", flush=True)
+    for r in range(rounds):
+        if before is not None:
+            before(r)
+        for case in cases if r % 2 == 0 else cases[::-1]:
+            case.round(passes)
+            print(
+                f"{section} round {r + 1} {case.name:<42} "
+                f"{statistics.median(case.rates[-passes:]):8,.0f} {unit}/s",
+                flush=True,
+            )
+
+
+def table(
+    cases: list[Case], unit: str, refs: list[tuple[str, Case]], ceiling: float | None = None
+) -> list[str]:
+    """Markdown rows: rate, share of the ceiling (when given), ratios to each reference, first
+    batch and peak RSS."""
+    head = f"| loader | {unit}/s |" + (" share of the ceiling |" if ceiling else "")
+    head += "".join(f" vs {label} |" for label, _ in refs) + " first batch, ms | peak RSS of the tree, MiB |"
+    lines = [head, "|---|" + "---:|" * (head.count("|") - 2)]
+    ref_rates = [statistics.median(ref.rates) for _, ref in refs]
+    for case in cases:
+        rate = statistics.median(case.rates)
+        row = f"| {case.name} | {rate:,.0f} |" + (f" {rate / ceiling:.0%} |" if ceiling else "")
+        row += "".join(f" {rate / ref:.2f}x |" for ref in ref_rates)
+        row += f" {1000 * statistics.median(case.first):.0f} | {max(case.rss) / 2**20:,.0f} |"
+        lines.append(row)
+    return lines
+
+
+# ------------------------------------------------------------------------------------------------
+# Sections
+
+
+def images_section(args: argparse.Namespace) -> list[str]:
+    urls = build_image_dataset(args.data)
+    decode = _decoder(args.decoder)
+    cases = image_cases(urls, decode, args.threads)
+    ceilings: list[float] = []
+
+    def ceiling_first(r: int) -> None:
+        ceilings.append(ceiling_rate(urls, args.decoder))
+        print(f"images round {r + 1} ceiling {ceilings[-1]:,.0f} samples/s", flush=True)
+
+    run_rounds("images", cases, args, before=ceiling_first)
+    ceiling = statistics.median(ceilings)
+    lines = [
+        f"## images: {COUNT:,} 256x256 JPEGs, {args.decoder} on every side, batch {BATCH}",
+        "",
+        f"- Ceiling: 2 forked processes decoding the JPEGs from memory, no pipeline: {ceiling:,.0f} "
+        "samples/s (median of rounds)",
+    ]
+    if not any(case.name.startswith("SPDL") for case in cases):
+        lines.append(f"- SPDL: not installed, row skipped (`{SPDL_HINT}`)")
+    else:
+        lines.append(
+            "- SPDL: `ss.Dataset(urls).to_tuple('jpg', 'cls')` as the source (`continuous=True`: one "
+            f"pipeline per round, one epoch per pass), `pipe(decode, concurrency={args.threads})` "
+            f"(output in completion order, SPDL's default), `aggregate({BATCH})`, "
+            f"`pipe(default_collate)`, `add_sink(3)`, `build(num_threads={args.threads})`"
+        )
+    lines += ["", *table(cases, "samples", [("webdataset", cases[0])], ceiling)]
+    return lines
+
+
+def tiny_section(args: argparse.Namespace) -> list[str]:
+    urls = build_tiny(args.data, args.tiny_count, args.tiny_shards)
+    cases = tiny_cases(urls, args.tiny_count, args.threads)
+    run_rounds("tiny", cases, args)
+    webloader = cases[0]
+    lines = [
+        f"## tiny: {args.tiny_count:,} samples (a ~60-byte JSON label + a 16-byte payload), "
+        f"{args.tiny_shards} shards, batch {BATCH}",
+        "",
+        "- the same two functions on every side: `json` to an int label, `bin` to a uint8 array; "
+        "2 workers for WebLoader and webdataset",
+        "",
+        *table(cases, "samples", [("WebLoader", webloader), ("webdataset", cases[1])]),
+        "",
+    ]
+    base = statistics.median(webloader.rates)
+    for case in cases[2:]:
+        ratio = statistics.median(case.rates) / base
+        per_round = statistics.median(a / b for a, b in zip(case.rates, webloader.rates, strict=True))
+        verdict = "met" if ratio >= 1.5 else "missed"
+        lines.append(
+            f"- {case.name}: {ratio:.2f}x today's WebLoader (medians; {per_round:.2f}x as the median "
+            f"of the ratios of adjacent passes); target >= 1.5x: {verdict}"
+        )
+    return lines
+
+
+def video_section(args: argparse.Namespace) -> list[str]:
+    urls = build_video(args.data, args.videos, args.video_unique)
+    cases = video_cases(urls, args.videos, args.threads, args.ffmpeg_threads)
+    run_rounds("video", cases, args, unit="clips")
+    threads = "FFmpeg's automatic count" if args.ffmpeg_threads is None else args.ffmpeg_threads
+    return [
+        f"## video: {args.videos} clips of {CLIP} frames from {args.video_unique} distinct {SECONDS} s "
+        f"{WIDTH}x{HEIGHT} H.264 videos (keyframe every {GOP} frames), batch {VIDEO_BATCH}",
+        "",
+        f"- `VideoClips({CLIP}, threads={args.ffmpeg_threads})` (one random clip per video, by "
+        f"seeking; FFmpeg threads per decode: {threads}) on every side",
+        "- webdataset has no clip decoder of its own (`torch_video` decodes whole files through "
+        "torchvision's removed `read_video`): its row runs the same `VideoClips` in a `.map()` on "
+        "the raw sample, so it measures webdataset's engine around our decoder",
+        "",
+        *table(cases, "clips", [("WebLoader", cases[0]), ("webdataset", cases[1])]),
+    ]
+
+
+def _ffmpeg_threads(text: str) -> int | None:
+    return None if text == "default" else int(text)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--data", type=Path, default=Path("bench-data"))
+    parser.add_argument("--only", choices=SECTIONS, action="append", help="run only these sections")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--passes", type=int, default=2, help="passes per round (the first counts too)")
-    parser.add_argument("--threads", type=int, default=2, help="num_threads of the thread-mode loader")
+    parser.add_argument(
+        "--threads", type=int, default=2, help="num_threads of the thread-mode loader (and of SPDL)"
+    )
     parser.add_argument("--decoder", choices=["simplejpeg", "pillow"], default="simplejpeg")
+    parser.add_argument("--tiny-count", type=int, default=TINY[0], help="samples in the tiny section")
+    parser.add_argument("--tiny-shards", type=int, default=TINY[1])
+    parser.add_argument("--videos", type=int, default=VIDEOS, help="samples in the video section")
+    parser.add_argument(
+        "--video-unique", type=int, default=VIDEO_UNIQUE, help="distinct encodings among them"
+    )
+    parser.add_argument(
+        "--ffmpeg-threads",
+        type=_ffmpeg_threads,
+        default=1,
+        help="FFmpeg threads per clip decode (default 1; 'default': VideoClips' own choice)",
+    )
+    parser.add_argument(
+        "--no-warmup", dest="warmup", action="store_false", help="skip the unmeasured pass of every case"
+    )
     parser.add_argument("--markdown", type=Path)
     args = parser.parse_args()
-    urls = build_image_dataset(args.data)
-    decode = _decoder(args.decoder)
-    all_cases = cases(urls, decode, args.threads)
-    ceilings = []
-    for r in range(args.rounds):
-        ceilings.append(ceiling_rate(urls, args.decoder))
-        print(f"round {r + 1} ceiling {ceilings[-1]:,.0f} samples/s", flush=True)
-        for case in all_cases if r % 2 == 0 else all_cases[::-1]:
-            case.round(args.passes)
-            print(
-                f"round {r + 1} {case.name:<42} "
-                f"{statistics.median(case.rates[-args.passes :]):8,.0f} samples/s",
-                flush=True,
-            )
-    ceiling = statistics.median(ceilings)
-    peer = all_cases[0]
-    peer_rate = statistics.median(peer.rates)
+    only = [s for s in SECTIONS if s in (args.only or SECTIONS)]
+
+    command = f".venv/bin/python benchmarks/bench_loader.py --rounds {args.rounds}"
+    command += "".join(f" --only {s}" for s in args.only or [])
+    if "images" in only:
+        command += f" --decoder {args.decoder}"
+    for flag, value, default in (
+        ("--passes", args.passes, 2),
+        ("--threads", args.threads, 2),
+        ("--tiny-count", args.tiny_count, TINY[0]),
+        ("--tiny-shards", args.tiny_shards, TINY[1]),
+        ("--videos", args.videos, VIDEOS),
+        ("--video-unique", args.video_unique, VIDEO_UNIQUE),
+        ("--ffmpeg-threads", args.ffmpeg_threads, 1),
+    ):
+        if value != default:
+            command += f" {flag} {'default' if value is None else value}"
+    if not args.warmup:
+        command += " --no-warmup"
     lines = [
-        f"# bench_loader: {COUNT:,} 256x256 JPEGs, {args.decoder} on both sides, batch {BATCH}",
+        f"# bench_loader: {', '.join(only)}",
         "",
+        f"- date: {time.strftime('%Y-%m-%d')}",
         f"- machine: {machine_line()}",
-        "- command: `.venv/bin/python benchmarks/bench_loader.py "
-        f"--rounds {args.rounds} --decoder {args.decoder}`",
-        f"- {args.rounds} alternating rounds x {args.passes} passes; medians. Ceiling: 2 forked processes "
-        f"decoding the JPEGs from memory, no pipeline: {ceiling:,.0f} samples/s (median of rounds)",
-        "",
-        "| loader | samples/s | share of the ceiling | vs webdataset | first batch, ms "
-        "| peak RSS of the tree, MiB |",
-        "|---|---:|---:|---:|---:|---:|",
+        f"- command: `{command}`",
+        f"- {args.rounds} alternating rounds x {args.passes} passes per section"
+        + (", after one unmeasured pass of every case" if args.warmup else "")
+        + "; medians over rounds and passes",
     ]
-    for case in all_cases:
-        rate = statistics.median(case.rates)
-        lines.append(
-            f"| {case.name} | {rate:,.0f} | {rate / ceiling:.0%} | {rate / peer_rate:.2f}x | "
-            f"{1000 * statistics.median(case.first):.0f} | {max(case.rss) / 2**20:,.0f} |"
-        )
+    sections = {"images": images_section, "tiny": tiny_section, "video": video_section}
+    for name in only:
+        lines += ["", *sections[name](args)]
     emit_report(lines, args.markdown)
 
 

@@ -283,7 +283,7 @@ def test_the_device_copy_keeps_the_batch_structure() -> None:
     # The copy a device= loader makes (run here to the CPU: no GPU on the test machine).
     from collections import namedtuple
 
-    from shardstream.loader.engine import _move
+    from shardstream.loader.device import move as _move
 
     torch = pytest.importorskip("torch")
     pair = namedtuple("pair", "image label")
@@ -307,7 +307,7 @@ def test_stats_report_each_threaded_stage_and_a_verdict(urls: list[str]) -> None
 
 
 def test_the_verdict_names_a_stage_that_holds_the_gil() -> None:
-    from shardstream.loader.engine import GIL_BOUND, threads_verdict
+    from shardstream.telemetry.report import GIL_BOUND, threads_verdict
 
     free = {"stage": "5:decode", "gil_wait": 0.02}
     held = {"stage": "6:map slow_python", "gil_wait": GIL_BOUND + 0.2}
@@ -327,3 +327,38 @@ def test_video_decoding_on_the_loader_s_threads_starts_no_ffmpeg_threads_of_its_
         # Each loader thread shares the cores with the others, as a DataLoader worker does.
         assert pool.submit(thread_count, None).result() == 1
         assert pool.submit(thread_count, 3).result() == 3
+
+
+@pytest.mark.parametrize("engine", ["threads", "shm"])
+def test_webloader_runs_on_the_new_engine_with_one_argument(urls: list[str], engine: str) -> None:
+    from torch.utils.data import DataLoader
+
+    def loader(engine: str, workers: int) -> Any:
+        return ss.WebLoader(pipeline("shuffled", urls), batch_size=4, num_workers=workers, engine=engine)
+
+    with loader("torch", 0) as one, loader("torch", 2) as two:
+        reference = {0: _epoch(one), 2: _epoch(two)}
+    with loader(engine, 2) as new:
+        assert isinstance(new, ss.WebLoader) and isinstance(new, DataLoader)
+        got = _epoch(new)
+        # Threads give exactly the one-process order; worker processes give the DataLoader's
+        # interleaving of its workers.
+        assert got == reference[0 if engine == "threads" else 2]
+        assert new.stats()["engine"] == engine
+
+
+def test_a_state_from_the_thread_engine_restores_in_torch_s(urls: list[str]) -> None:
+    with ss.WebLoader(pipeline("shuffled", urls), batch_size=4, num_workers=0) as full:
+        reference = _epoch(full)
+    with ss.WebLoader(pipeline("shuffled", urls), batch_size=4, num_workers=3, engine="threads") as first:
+        it = iter(first)
+        head = [keys(next(it)) for _ in range(3)]
+        state = first.state_dict()
+    with ss.WebLoader(pipeline("shuffled", urls), batch_size=4, num_workers=0) as second:
+        second.load_state_dict(state)
+        assert head + _epoch(second) == reference
+
+
+def test_an_unknown_engine_is_refused_naming_the_choices(urls: list[str]) -> None:
+    with pytest.raises(ValueError, match="'threads'"):
+        ss.WebLoader(pipeline("shuffled", urls), batch_size=4, engine="fast")

@@ -23,8 +23,6 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import numpy as np
-
 from ..config import read_settings
 from ..errors import StateError
 from ..malloc import tune_allocator
@@ -32,7 +30,9 @@ from ..pipeline.batch import BatchMemory, default_collation_fn
 from ..pipeline.parallel import Threads
 from ..pipeline.pipeline import close_iterator
 from ..pipeline.seams import LoaderDataset
+from ..telemetry.report import threads_verdict
 from ._state import Live, fingerprint, loader_state, restore_plan
+from .device import PinnedMemory, Pinning, Prefetch, cuda, to_device
 from .shm import MainRing, RingHandOff, RingWorkers, new_token, ring_directory
 from .threads import EpochRun
 
@@ -72,19 +72,6 @@ class _Collate:
 
     def __call__(self, samples: Any) -> Any:
         return _convert(default_collation_fn(samples, memory=self.memory))
-
-
-class _PinnedMemory:
-    """Pinned batch tensors (torch's caching host allocator reuses them once they are freed):
-    with ``pin_memory=True`` a batch is stacked into pinned memory once, not stacked then pinned."""
-
-    def __init__(self, torch: Any) -> None:
-        self.torch = torch
-
-    def empty(self, shape: tuple[int, ...], dtype: Any) -> Any:
-        torch = self.torch
-        kind = torch.from_numpy(np.empty(0, dtype)).dtype
-        return torch.empty(shape, dtype=kind, pin_memory=True)
 
 
 class Loader:
@@ -158,7 +145,7 @@ class Loader:
         self._pending: dict[str, Any] | None = None
         self._live: Live | None = None
         self._attached = False  # see trainer_attached
-        self._ahead: weakref.ref[_Prefetch] | None = None  # the running epoch's device copy
+        self._ahead: weakref.ref[Prefetch] | None = None  # the running epoch's device copy
         self._workers: Any = None  # process mode: the WebLoader that runs the worker processes
         self._ring: MainRing | None = None  # process mode: the reused batch buffers' main side
         if num_workers > 0:
@@ -170,7 +157,7 @@ class Loader:
             collate = self.collate_fn
             if directory is not None:
                 token = new_token()
-                self._ring = MainRing(directory, token, pin=pin_memory and _cuda() is not None)
+                self._ring = MainRing(directory, token, pin=pin_memory and cuda() is not None)
                 ring = RingWorkers(directory, token, budget=self.prefetch_factor + 3)
                 collate = RingHandOff(collate)
             self._workers = WebLoader(
@@ -231,8 +218,8 @@ class Loader:
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
     def _to_device(self, batches: Iterator[Any]) -> Iterator[Any]:
-        out = _to_device(batches, self.device)
-        self._ahead = weakref.ref(out) if isinstance(out, _Prefetch) else None
+        out = to_device(batches, self.device)
+        self._ahead = weakref.ref(out) if isinstance(out, Prefetch) else None
         return out
 
     def _held(self) -> int:
@@ -396,146 +383,12 @@ class _FromBuffers:
 
 def _collate_for(loader: Loader) -> Callable[[Any], Any]:
     """Thread mode's batch maker: the loader's, pinning its batches when asked (and possible)."""
-    torch = _cuda() if loader.pin_memory else None
+    torch = cuda() if loader.pin_memory else None
     if torch is None:
         return loader.collate_fn
     if type(loader.collate_fn) is _Collate:
-        return _Collate(memory=_PinnedMemory(torch))
-    return _Pinning(loader.collate_fn)
-
-
-class _Pinning:
-    """Collate, then pin the batch's tensors (when CUDA is there)."""
-
-    def __init__(self, collate: Callable[[Any], Any]) -> None:
-        self.collate = collate
-
-    def __call__(self, samples: Any) -> Any:
-        return _pin(self.collate(samples))
-
-
-def _cuda() -> Any:
-    try:
-        import torch
-    except ImportError:
-        return None
-    return torch if torch.cuda.is_available() else None
-
-
-def _pin(data: Any) -> Any:
-    torch = _cuda()
-    if torch is None:
-        return data
-    from torch.utils.data._utils.pin_memory import pin_memory
-
-    return pin_memory(data)  # type: ignore[no-untyped-call]
-
-
-def _move(data: Any, device: Any, torch: Any) -> Any:
-    """``data`` with every tensor copied to ``device`` (asynchronously), its structure kept."""
-    if isinstance(data, torch.Tensor):
-        return data.to(device, non_blocking=True)
-    if isinstance(data, dict):
-        return {k: _move(v, device, torch) for k, v in data.items()}
-    if isinstance(data, (list, tuple)):
-        moved = [_move(v, device, torch) for v in data]
-        if isinstance(data, tuple):
-            return type(data)(*moved) if hasattr(data, "_fields") else type(data)(moved)  # namedtuple
-        return moved
-    return data
-
-
-def _to_device(batches: Iterator[Any], device: Any) -> Iterator[Any]:
-    """``batches``, each copied to ``device`` one batch ahead on a side CUDA stream (as is when
-    ``device`` is ``None`` or CUDA is missing)."""
-    torch = _cuda() if device is not None else None
-    if torch is None:
-        if device is not None and str(device).startswith("cuda"):
-            log.warning("device=%r was asked for but CUDA is not available: batches stay on the CPU", device)
-        return batches
-    return _Prefetch(batches, torch, torch.device(device))
-
-
-class _Prefetch:
-    """Copies batch ``k + 1`` on a side stream while batch ``k`` is in use."""
-
-    def __init__(self, batches: Iterator[Any], torch: Any, device: Any) -> None:
-        self.batches, self.torch, self.device = iter(batches), torch, device
-        self.stream = torch.cuda.Stream(device=device)
-        self.next: Any = None
-        self.done = False
-        self.ahead = 0  # batches taken from the loader but not handed out yet (0 or 1)
-        self._advance()
-
-    def _advance(self) -> None:
-        try:
-            host = next(self.batches)
-        except StopIteration:
-            self.done = True
-            self.ahead = 0
-            return
-        self.ahead = 1
-        with self.torch.cuda.stream(self.stream):
-            self.next = _move(host, self.device, self.torch)
-
-    def __iter__(self) -> _Prefetch:
-        return self
-
-    def __next__(self) -> Any:
-        if self.done:
-            raise StopIteration
-        self.torch.cuda.current_stream(self.device).wait_stream(self.stream)
-        batch = self.next
-        _record(batch, self.torch)
-        self._advance()
-        return batch
-
-    def close(self) -> None:
-        close_iterator(self.batches)
-
-
-def _record(data: Any, torch: Any) -> None:
-    """Tell the caching allocator that ``data`` is used on the current stream now."""
-    if isinstance(data, torch.Tensor):
-        data.record_stream(torch.cuda.current_stream(data.device))
-    elif isinstance(data, dict):
-        for v in data.values():
-            _record(v, torch)
-    elif isinstance(data, (list, tuple)):
-        for v in data:
-            _record(v, torch)
-
-
-def threads_verdict(stages: list[dict[str, Any]], num_threads: int) -> str:
-    """Whether the per-sample stages ran in parallel on the threads (see :meth:`Loader.stats`)."""
-    if num_threads == 1:
-        return (
-            "one thread: num_threads=N runs the per-sample stages (decode, map) in parallel when "
-            "they release the GIL; see threads in stats() after a run with N > 1"
-        )
-    if not stages:
-        return "no per-sample stage has run on the threads yet (iterate the loader first)"
-    held = [s for s in stages if s["gil_wait"] >= GIL_BOUND]
-    if not held:
-        return (
-            f"threads run the per-sample stages in parallel: they waited for the GIL "
-            f"{_waits(stages)} of their time"
-        )
-    return (
-        f"{', '.join(s['stage'] for s in held)} waited for the GIL {_waits(held)} of its time on "
-        f"{num_threads} threads: it holds the GIL (Python code), so the threads take turns on it "
-        f"and do not help. Worker processes run it in parallel: ss.Loader(..., num_workers=M) "
-        "(with num_threads per worker for stages that release the GIL)"
-    )
-
-
-#: A stage blocked this share of its time on threads holds the GIL (a pure-Python map on 2 threads
-#: waits about half of its time; a JPEG decode waits a few percent).
-GIL_BOUND = 0.25
-
-
-def _waits(stages: list[dict[str, Any]]) -> str:
-    return "/".join(f"{s['gil_wait']:.0%}" for s in stages)
+        return _Collate(memory=PinnedMemory(torch))
+    return Pinning(loader.collate_fn)
 
 
 def _close_all(runs: weakref.WeakSet[_Batches], owned: list[Any]) -> None:

@@ -27,7 +27,10 @@ from torch.utils.data import DataLoader  # noqa: E402 - after the install hint a
 
 from ._watchdog import WatchedIter, arm  # noqa: E402 - needs torch
 
-__all__ = ["WebLoader"]
+__all__ = ["ENGINES", "WebLoader"]
+
+#: ``WebLoader(engine=)``: torch's DataLoader machinery, or ``ss.Loader``'s (``webengine.py``).
+ENGINES = ("torch", "threads", "shm")
 
 log = logging.getLogger(__name__)
 
@@ -79,10 +82,23 @@ class WebLoader(DataLoader, FluidInterface):  # type: ignore[type-arg]
       torch's ``timeout=`` wins when set): a worker that sends no batch for that long raises
       :class:`~shardstream.errors.WorkerStuckError` naming it, its PID and its Python stack;
     * ``telemetry=True`` (or ``SHARDSTREAM_TELEMETRY=1``): time per stage and worker, and how
-      long the loop waits for data, in :meth:`stats` and a periodic log line.
+      long the loop waits for data, in :meth:`stats` and a periodic log line;
+    * ``engine="threads"`` runs on ``ss.Loader``'s threads in this process (``num_workers``
+      becomes the number of threads), ``engine="shm"`` on its worker processes with reused
+      shared-memory batches; default ``"torch"``: the DataLoader's own (see ``webengine.py``).
     """
 
+    def __new__(cls, dataset: Any = None, *args: Any, engine: str = "torch", **kw: Any) -> WebLoader:
+        if engine not in ENGINES:
+            raise ValueError(f"engine={engine!r}: choose one of {', '.join(map(repr, ENGINES))}")
+        if engine != "torch" and cls is WebLoader:
+            from .webengine import EngineWebLoader
+
+            return super().__new__(EngineWebLoader)
+        return super().__new__(cls)
+
     def __init__(self, dataset: Any, *args: Any, worker_timeout: float | None = None, **kw: Any) -> None:
+        kw.pop("engine", None)  # chosen in __new__
         self._worker_init = kw["worker_init_fn"] = _WorkerInit(kw.get("worker_init_fn"))
         telemetry = kw.pop("telemetry", None)
         self._given_context = kw.get("multiprocessing_context")

@@ -16,12 +16,14 @@ from collections.abc import Sequence
 from typing import Any
 
 __all__ = [
+    "GIL_BOUND",
     "LOADER_BOUND",
     "add_views",
     "format_table",
     "one_line",
     "process_view",
     "summarize",
+    "threads_verdict",
     "verdict",
 ]
 
@@ -228,3 +230,35 @@ def format_table(report: dict[str, Any]) -> str:
     )
     rows.append(report["verdict"])
     return "\n".join(rows) + "\n"
+
+
+def threads_verdict(stages: list[dict[str, Any]], num_threads: int) -> str:
+    """Whether the per-sample stages ran in parallel on the threads (see :meth:`Loader.stats`)."""
+    if num_threads == 1:
+        return (
+            "one thread: num_threads=N runs the per-sample stages (decode, map) in parallel when "
+            "they release the GIL; see threads in stats() after a run with N > 1"
+        )
+    if not stages:
+        return "no per-sample stage has run on the threads yet (iterate the loader first)"
+    held = [s for s in stages if s["gil_wait"] >= GIL_BOUND]
+    if not held:
+        return (
+            f"threads run the per-sample stages in parallel: they waited for the GIL "
+            f"{_waits(stages)} of their time"
+        )
+    return (
+        f"{', '.join(s['stage'] for s in held)} waited for the GIL {_waits(held)} of its time on "
+        f"{num_threads} threads: it holds the GIL (Python code), so the threads take turns on it "
+        f"and do not help. Worker processes run it in parallel: ss.Loader(..., num_workers=M) "
+        "(with num_threads per worker for stages that release the GIL)"
+    )
+
+
+#: A stage blocked this share of its time on threads holds the GIL (a pure-Python map on 2 threads
+#: waits about half of its time; a JPEG decode waits a few percent).
+GIL_BOUND = 0.25
+
+
+def _waits(stages: list[dict[str, Any]]) -> str:
+    return "/".join(f"{s['gil_wait']:.0%}" for s in stages)
