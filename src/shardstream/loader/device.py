@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..pipeline.pipeline import close_iterator
+from .structure import map_leaves
 
 __all__ = ["PinnedMemory", "Pinning", "Prefetch", "cuda", "move", "pin", "record", "to_device"]
 
@@ -65,16 +66,7 @@ def pin(data: Any) -> Any:
 
 def move(data: Any, device: Any, torch: Any) -> Any:
     """``data`` with every tensor copied to ``device`` (asynchronously), its structure kept."""
-    if isinstance(data, torch.Tensor):
-        return data.to(device, non_blocking=True)
-    if isinstance(data, dict):
-        return {k: move(v, device, torch) for k, v in data.items()}
-    if isinstance(data, (list, tuple)):
-        moved = [move(v, device, torch) for v in data]
-        if isinstance(data, tuple):
-            return type(data)(*moved) if hasattr(data, "_fields") else type(data)(moved)  # namedtuple
-        return moved
-    return data
+    return map_leaves(data, lambda x: isinstance(x, torch.Tensor), lambda t: t.to(device, non_blocking=True))
 
 
 def to_device(batches: Iterator[Any], device: Any) -> Iterator[Any]:

@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 
 from ..pipeline.batch import use_batch_memory
+from .structure import map_leaves
 
 __all__ = ["MainRing", "RingHandOff", "RingRef", "RingWorkers", "WorkerRing", "ring_directory"]
 
@@ -190,20 +191,7 @@ class WorkerRing:
         import torch
 
         sent: list[int] = [0]
-
-        def walk(x: Any) -> Any:
-            if isinstance(x, torch.Tensor):
-                return self._ref(x, sent)
-            if isinstance(x, dict):
-                return {k: walk(v) for k, v in x.items()}
-            if isinstance(x, (list, tuple)):
-                items = [walk(v) for v in x]
-                if isinstance(x, tuple):
-                    return type(x)(*items) if hasattr(x, "_fields") else type(x)(items)
-                return items
-            return x
-
-        out = walk(data)
+        out = map_leaves(data, lambda x: isinstance(x, torch.Tensor), lambda t: self._ref(t, sent))
         self.largest_batch = max(self.largest_batch, sent[0])
         return out
 
@@ -276,20 +264,11 @@ class MainRing:
 
         found = [False]
 
-        def walk(x: Any) -> Any:
-            if type(x) is RingRef:
-                found[0] = True
-                return self._tensor(x, torch)
-            if isinstance(x, dict):
-                return {k: walk(v) for k, v in x.items()}
-            if isinstance(x, (list, tuple)):
-                items = [walk(v) for v in x]
-                if isinstance(x, tuple):
-                    return type(x)(*items) if hasattr(x, "_fields") else type(x)(items)
-                return items
-            return x
+        def tensor(ref: RingRef) -> Any:
+            found[0] = True
+            return self._tensor(ref, torch)
 
-        out = walk(data)
+        out = map_leaves(data, lambda x: type(x) is RingRef, tensor)
         self.batches += found[0]
         return out
 
