@@ -45,6 +45,41 @@ def keys(batch: Any) -> list[str]:
     return list(batch[0])
 
 
+def state_after(loader: Any, n: int) -> dict[str, Any]:
+    """The loader's state after ``n`` batches, through JSON (as a checkpoint keeps it); closes it."""
+    it = iter(loader)
+    for _ in range(n):
+        next(it)
+    state: dict[str, Any] = json.loads(json.dumps(loader.state_dict()))
+    loader.close()
+    return state
+
+
+STOPS = ("end", "break", "close", "exception", "garbage")
+
+
+def stop(how: str, loader: Any, it: Any) -> bool:
+    """End an epoch the way a training loop can (one of :data:`STOPS`). Returns False for
+    ``garbage``: the caller then drops its own references to both and collects."""
+    import pytest
+
+    if how == "end":
+        for _ in it:
+            pass
+    elif how == "break":
+        for _ in it:
+            break
+        it.close()  # what the loop's frame does with the iterator when it ends
+    elif how == "exception":
+        with pytest.raises(RuntimeError), loader:
+            raise RuntimeError("the training step failed")
+        return True
+    elif how == "garbage":
+        return False
+    loader.close()
+    return True
+
+
 if __name__ == "__main__":
     job = json.loads(Path(sys.argv[1]).read_text())
     out = []

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _loader_cases import STOPS, stop
 
 import shardstream as ss
 
@@ -111,26 +112,13 @@ def test_pipeline_batches_and_pinning_go_through_the_buffers(urls: list[str]) ->
     assert got == list(range(sum(COUNTS)))
 
 
-@pytest.mark.parametrize("how", ["end", "break", "close", "exception", "garbage"])
+@pytest.mark.parametrize("how", STOPS)
 def test_every_stop_leaves_no_segment_and_no_worker(urls: list[str], how: str) -> None:
     loader = ss.Loader(_pipeline(urls), batch_size=8, num_workers=2)
     it = iter(loader)
     _check(next(it))
     assert len(multiprocessing.active_children()) >= 2
-    if how == "end":
-        for _ in it:
-            pass
-        loader.close()
-    elif how == "break":
-        for _ in it:
-            break
-        loader.close()
-    elif how == "close":
-        loader.close()
-    elif how == "exception":
-        with pytest.raises(RuntimeError), loader:
-            raise RuntimeError("the training step failed")
-    else:
+    if not stop(how, loader, it):
         del it, loader
         gc.collect()
     deadline = time.monotonic() + 10

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from _loader_cases import keys, make, pipeline, write_shards
+from _loader_cases import keys, make, pipeline, state_after, stop, write_shards
 from _procs import run_in_session, run_job
 
 import shardstream as ss
@@ -65,15 +65,6 @@ def test_the_loader_makes_tensors_and_collates_like_a_dataloader(urls: list[str]
         assert total == 4 * (sum(len(b[0]) for b in loader) // 4)
 
 
-def _state_after(loader: ss.Loader, n: int) -> dict[str, Any]:
-    it = iter(loader)
-    for _ in range(n):
-        next(it)
-    state: dict[str, Any] = json.loads(json.dumps(loader.state_dict()))
-    loader.close()
-    return state
-
-
 @pytest.mark.parametrize(("threads", "workers"), [(3, 0), (2, 2)])
 def test_resume_continues_exactly_in_a_fresh_process(
     urls: list[str], tmp_path: Path, threads: int, workers: int
@@ -83,7 +74,7 @@ def test_resume_continues_exactly_in_a_fresh_process(
         with make(case, urls, threads, workers) as loader:
             full = _epoch(loader)
         for n in sorted({1, len(full) // 2, len(full) - 1}):
-            state = _state_after(make(case, urls, threads, workers), n)
+            state = state_after(make(case, urls, threads, workers), n)
             # Restored with another number of threads: threads never enter the state.
             runs.append(
                 {"case": case, "num_threads": 1 if threads > 1 else 2, "num_workers": workers, "state": state}
@@ -102,7 +93,7 @@ def test_elastic_resume_between_threads_and_processes(
     (w0, t0), (w1, t1) = before, after
     with make("equal", urls, t0, w0) as loader:
         full = Counter(k for b in _epoch(loader) for k in b)
-    state = _state_after(make("equal", urls, t0, w0), 3)
+    state = state_after(make("equal", urls, t0, w0), 3)
     with make("equal", urls, t0, w0) as loader:
         it = iter(loader)
         seen = Counter(k for _ in range(3) for k in keys(next(it)))
@@ -113,7 +104,7 @@ def test_elastic_resume_between_threads_and_processes(
 
 
 def test_a_state_from_another_pipeline_is_refused(urls: list[str]) -> None:
-    state = _state_after(make("shuffled", urls, 2), 2)
+    state = state_after(make("shuffled", urls, 2), 2)
     with pytest.raises(StateError, match="different dataset"):
         make("equal", urls, 2).load_state_dict(state)
 
@@ -158,17 +149,7 @@ def test_every_stop_leaves_no_thread_and_no_segment(urls: list[str], how: str) -
     it = iter(loader)
     next(it)
     assert _ours(), "the producer and the pool run while iterating"
-    if how == "break":
-        for _ in it:
-            break
-        it.close()  # type: ignore[attr-defined]  # what a for loop's frame does when it ends
-        loader.close()
-    elif how == "close":
-        loader.close()
-    elif how == "exception":
-        with pytest.raises(RuntimeError), loader:
-            raise RuntimeError("the training step failed")
-    else:
+    if not stop(how, loader, it):
         del it, loader
         gc.collect()
     assert _ours() == []

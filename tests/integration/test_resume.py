@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _loader_cases import state_after
 from _procs import run_job
 from _resume_cases import keys, make, write_shards
 
@@ -23,13 +24,7 @@ def urls(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
 
 
 def _state_after(case: str, urls: list[str], num_workers: int, n: int) -> dict[str, Any]:
-    loader = make(case, urls, num_workers)
-    it = iter(loader)
-    for _ in range(n):
-        next(it)
-    state: dict[str, Any] = json.loads(json.dumps(loader.state_dict()))
-    loader.close()
-    return state
+    return state_after(make(case, urls, num_workers), n)
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])
