@@ -69,3 +69,11 @@ def test_url_to_cache_name_is_webdatasets() -> None:
     for url in ("s3://b/a/x.tar", "http://h/a/b/c.tar", "gs://b/x.tar", "weird:thing/x"):
         for ndir in (0, 1):
             assert url_to_cache_name(url, ndir) == wds_cache.url_to_cache_name(url, ndir)
+
+
+def test_object_store_keys_keep_query_and_fragment_characters() -> None:
+    # For s3:// (and any scheme but http(s)) '?' and '#' are part of the key, so they name files.
+    assert cache_name("s3://b/odd/q?x=1.tar") == "s3/b/odd/q%3Fx=1.tar"
+    assert cache_name("s3://b/a#b%20c.tar") == "s3/b/a%23b%2520c.tar"
+    assert len({cache_name("s3://b/q.tar"), cache_name("s3://b/q?.tar"), cache_name("s3://b/q#.tar")}) == 3
+    assert cache_name("https://h/x.tar?v=1").startswith("https/h/x.tar@")

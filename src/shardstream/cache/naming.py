@@ -44,6 +44,10 @@ def _component(part: str) -> str:
     return quoted
 
 
+#: Schemes whose URLs carry a query string (and a fragment); every other store's key is all path.
+_QUERY_SCHEMES = frozenset({"http", "https"})
+
+
 def pipe_cleaner(spec: str) -> str:
     """The real URL inside a ``pipe:`` spec (first word that looks like a URL), else ``spec``.
 
@@ -67,6 +71,10 @@ def cache_name(url: str) -> str:
         return f"pipe/{_hash(inner, 16)}"
     parts = urllib.parse.urlsplit(inner)
     scheme = (parts.scheme or "file").lower()
+    if scheme not in _QUERY_SCHEMES and (parts.query or parts.fragment):
+        # An object store's key may hold '?' and '#': they are part of its path, not a query.
+        parts = urllib.parse.urlsplit(inner.replace("%", "%25").replace("?", "%3F").replace("#", "%23"))
+        parts = parts._replace(path=urllib.parse.unquote(parts.path))
     host = parts.hostname or ""
     if parts.port is not None:
         host = f"{host}_{parts.port}"

@@ -14,7 +14,6 @@ import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from ..errors import ConfigurationError, redact_url
 from ..sources import get_source
@@ -66,10 +65,11 @@ def list_folder(root: Path) -> Listing:
 
 def list_prefix(url: str, storage_options: Mapping[str, Any] | None = None) -> Listing:
     """The samples in the objects under an ``s3://bucket/prefix/`` URL."""
-    parts = urlsplit(url)
-    if parts.scheme != "s3" or not parts.netloc:
+    # Not urlsplit: '?' and '#' belong to an S3 key (see parse_s3_url).
+    bucket, _, prefix = url[5:].partition("/") if url[:5].lower() == "s3://" else ("", "", "")
+    if not bucket:
         raise ConfigurationError(f"{redact_url(url)} is not an s3://bucket/prefix URL")
-    bucket, prefix = parts.netloc, parts.path.lstrip("/")
+    prefix = prefix.lstrip("/")
     if prefix and not prefix.endswith("/"):
         prefix += "/"
     source: Any = get_source(url, storage_options)  # an S3Source: its botocore client lists
