@@ -176,7 +176,7 @@ def test_a_worker_that_finished_its_share_stays_finished_after_a_restore(tmp_pat
             next(it)
         state = json.loads(json.dumps(loader.state_dict()))
         loader.close()
-        assert {"epoch": 1} in state["workers"], "the cut is after one worker's last batch"
+        assert {"epoch": 1, "start": True} in state["workers"], "the cut is after one worker's last batch"
         resumed = make_loader()
         resumed.load_state_dict(state)
         assert full[:n] + [keys(b) for b in resumed] == full

@@ -8,7 +8,7 @@ with ``num_workers=0`` keeps the same state with one worker: its producer thread
 
 The saved state (plain JSON data)::
 
-    {"version": 1, "fingerprint": {...}, "rank": 0, "world_size": 1, "num_workers": 2,
+    {"version": 2, "fingerprint": {...}, "rank": 0, "world_size": 1, "num_workers": 2,
      "epoch": 3, "next_worker": 1, "workers": [<pipeline state> | None, ...]}
 
 On restore, torch's round robin starts again at worker slot 0, so slot ``k`` continues the
@@ -19,8 +19,12 @@ With another ``num_workers``, or another world size with the same global batch, 
 elastic (:func:`restore_plan`, ``readers/elastic.py``): what every old worker had not yielded
 is dealt to the new workers, so the rest of the epoch is the same multiset of samples. Another
 world size needs every rank's state: under Lightning (which saves rank 0's checkpoint only) the
-state is gathered from all ranks when it is taken, as ``{"version": 1, "ranks": [...]}``; the
+state is gathered from all ranks when it is taken, as ``{"version": 2, "ranks": [...]}``; the
 loader knows it runs under a Trainer from shardstream's Lightning callback (``loader/lightning.py``).
+
+Version 1 (before positions said where in the epoch they are) is migrated: a worker position
+that names only its epoch was that epoch's start. Every field is checked before anything is
+restored, so an incomplete or corrupted state is refused naming what is wrong.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import StateError
+from ..pipeline.pipeline import check_position
 from ..pipeline.seams import LoaderDataset, worker_restore
 from ..shards.world import World
 
@@ -49,7 +54,9 @@ __all__ = [
     "tracked",
 ]
 
-VERSION = 1
+VERSION = 2
+#: Loader state versions this shardstream restores (older ones are migrated).
+READABLE = (1, 2)
 
 
 class Stamped:
@@ -114,25 +121,41 @@ def rank_states(state: Any) -> list[dict[str, Any]]:
         raise StateError(
             f"not a WebLoader state: {str(state)[:200]}; pass what WebLoader.state_dict() returned"
         )
-    for one in ranks:
-        _check_structure(one)
-    return ranks
+    return [_checked(one) for one in ranks]
 
 
-def _check_structure(state: Any) -> None:
-    if not isinstance(state, dict) or state.get("version") != VERSION:
+def _checked(state: Any) -> dict[str, Any]:
+    """``state`` checked field by field, as a current-version copy (the caller's dict is untouched)."""
+    if not isinstance(state, dict) or "version" not in state:
         raise StateError(
-            f"not a WebLoader state of version {VERSION}: {str(state)[:200]}; pass what "
-            "WebLoader.state_dict() returned"
+            f"not a WebLoader state (no 'version'): {str(state)[:200]}; pass what WebLoader.state_dict() "
+            "(or ss.Loader.state_dict()) returned"
+        )
+    if state["version"] not in READABLE:
+        raise StateError(
+            f"the loader state has version {state['version']!r}, and this shardstream restores versions "
+            f"{list(READABLE)}: restore it with the shardstream that saved it, or start the run afresh"
         )
     missing = [
         k for k in ("fingerprint", "epoch", "workers", "rank", "world_size", "num_workers") if k not in state
     ]
     if missing:
-        raise StateError(f"the WebLoader state is incomplete or corrupted: missing {missing}")
+        raise StateError(f"the loader state is incomplete or corrupted: missing {missing}")
     workers = state["workers"]
     if not isinstance(workers, list) or len(workers) != max(int(state["num_workers"]), 1):
         raise StateError(f"the state's worker list is corrupted: {str(workers)[:200]}")
+    workers = list(workers)
+    for k, position in enumerate(workers):
+        if position is None:
+            continue
+        legacy = state["version"] == 1 and isinstance(position, dict)
+        if legacy and set(position) <= {"epoch", "pass", "taken"}:
+            workers[k] = position = {**position, "start": True}  # version 1: an epoch's start
+        try:
+            check_position(position)
+        except StateError as exn:
+            raise StateError(f"worker {k} of rank {state['rank']}: {exn}") from None
+    return {**state, "version": VERSION, "workers": workers}
 
 
 def check_fingerprint(saved: dict[str, Any], expected: dict[str, Any], saved_world: int, world: int) -> None:

@@ -189,7 +189,7 @@ class Loader:
         if self._pending is not None:
             plan, self._pending = self._pending["plan"], None
             epoch, seen = int(plan["epoch"]), list(plan["workers"])
-            dataset.load_state_dict(seen[0] if seen[0] is not None else {"epoch": epoch})
+            dataset.restore_position(seen[0] if seen[0] is not None else {"epoch": epoch, "start": True})
             dataset.set_epoch(epoch)
             dataset.begin_epoch()
         else:

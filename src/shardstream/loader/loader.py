@@ -146,7 +146,7 @@ class WebLoader(DataLoader, FluidInterface):  # type: ignore[type-arg]
             state, self._pending = self._pending["plan"], None
             epoch, seen = int(state["epoch"]), list(state["workers"])
             if self.num_workers == 0:
-                dataset.load_state_dict(seen[0] if seen[0] is not None else {"epoch": epoch})
+                dataset.restore_position(seen[0] if seen[0] is not None else {"epoch": epoch, "start": True})
             else:
                 start = int(state.get("next_worker", 0))
                 roles = [(start + k) % workers for k in range(workers)]

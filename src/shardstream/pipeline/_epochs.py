@@ -101,6 +101,6 @@ class EpochOwner:
         worker = World.current().worker
         epoch, state = int(plan["epoch"]), plan["states"][worker]
         self._role = (epoch, int(plan["roles"][worker]))
-        self._restore = dict(state) if state is not None else {"epoch": epoch}
+        self._restore = dict(state) if state is not None else {"epoch": epoch, "start": True}
 
     # -- running --------------------------------------------------------------------------------

@@ -23,7 +23,38 @@ from .iterable import IterableDatasetBase, in_worker
 from .labels import skip_counters
 from .parallel import Threads
 
-__all__ = ["DataPipeline", "close_iterator"]
+__all__ = ["STATE_VERSION", "DataPipeline", "check_position", "close_iterator"]
+
+#: Version of the pipeline state format (``state_dict()["version"]``).
+STATE_VERSION = 1
+#: The keys of a position, exactly one of which says where in its epoch it is.
+_POSITIONS = ("start", "nodes", "replay", "finished")
+
+
+def check_position(position: Any) -> None:
+    """Raise :class:`StateError` unless ``position`` is a whole pipeline position: an integer
+    epoch and exactly one of ``start``, ``nodes`` (a list of node states), ``replay`` (items to
+    skip) or ``finished``."""
+    if not isinstance(position, dict):
+        raise StateError(f"not a pipeline position: {str(position)[:200]}")
+    epoch = position.get("epoch")
+    if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
+        raise StateError(f"the state has no valid 'epoch' (got {epoch!r}): {str(position)[:200]}")
+    where = [k for k in _POSITIONS if k in position]
+    if len(where) != 1:
+        raise StateError(
+            f"the state is incomplete or corrupted: it needs exactly one of {list(_POSITIONS)} to say where "
+            f"in epoch {epoch} it stopped, and has {where or 'none'}: {str(position)[:200]}. Pass the "
+            "whole dict that state_dict() returned."
+        )
+    nodes, replay = position.get("nodes"), position.get("replay")
+    if "nodes" in position and not (
+        isinstance(nodes, list) and all(n is None or isinstance(n, dict) for n in nodes)
+    ):
+        raise StateError(f"the state's 'nodes' must be a list of node states: {str(nodes)[:200]}")
+    if "replay" in position and not (isinstance(replay, int) and replay >= 0):
+        raise StateError(f"the state's 'replay' must be a count of items: {replay!r}")
+
 
 log = logging.getLogger(__name__)
 
@@ -246,7 +277,7 @@ class DataPipeline(EpochOwner, IterableDatasetBase):  # type: ignore[type-arg]
         epoch with no node states (it starts from the beginning). It carries a
         :meth:`fingerprint` of the pipeline, checked on load.
         """
-        return {**self.position(), "fingerprint": self.fingerprint()}
+        return {"version": STATE_VERSION, **self.position(), "fingerprint": self.fingerprint()}
 
     def fingerprint(self) -> dict[str, Any]:
         """What a state must be restored into: the stages (subclasses add shards, seed, split)."""
@@ -258,9 +289,9 @@ class DataPipeline(EpochOwner, IterableDatasetBase):  # type: ignore[type-arg]
         live = self._live
         if live is None or live.done:
             epoch = self._next_epoch if self._next_epoch is not None else self.epoch + 1
-            state: StateDict = {"epoch": epoch}
+            state: StateDict = {"epoch": epoch, "start": True}
         elif live.nodes is None:
-            state = {"epoch": live.epoch}
+            state = {"epoch": live.epoch, "start": True}
         elif live.stateful:
             state = {"epoch": live.epoch, "nodes": [n.state_dict() for n in live.nodes]}
         else:
@@ -273,19 +304,47 @@ class DataPipeline(EpochOwner, IterableDatasetBase):  # type: ignore[type-arg]
         return state
 
     def load_state_dict(self, state: StateDict) -> None:
-        """Continue from ``state`` (from :meth:`state_dict`) at the next ``iter()``."""
-        if not isinstance(state, dict) or "epoch" not in state:
-            raise StateError(f"not a pipeline state (no 'epoch'): {str(state)[:200]}")
+        """Continue from ``state`` (from :meth:`state_dict`) at the next ``iter()``.
+
+        The whole structure is checked first: a state without its fingerprint, without the
+        position inside the epoch, or from a newer shardstream is refused with a
+        :class:`~shardstream.errors.StateError` naming what is wrong, never taken as "start
+        the epoch again". States of shardstream 0.x before state versions (no ``version``) are
+        migrated.
+        """
+        if not isinstance(state, dict):
+            raise StateError(f"not a pipeline state (a {type(state).__name__}): {str(state)[:200]}")
+        version = state.get("version")
+        if version is not None and version != STATE_VERSION:
+            raise StateError(
+                f"the state has version {version!r}, and this shardstream reads pipeline states of version "
+                f"{STATE_VERSION}: restore it with the shardstream that saved it, or start afresh"
+            )
         saved = state.get("fingerprint")
-        if saved is not None:
-            now = self.fingerprint()
-            differ = [f"{k}: saved {saved.get(k)!r}, now {v!r}" for k, v in now.items() if saved.get(k) != v]
-            if differ:
-                raise StateError(
-                    "the state was taken from a different pipeline (" + "; ".join(differ) + "); "
-                    "restore it into a pipeline built with the same shards, seed, split and stages"
-                )
-        self._restore = {k: v for k, v in state.items() if k != "fingerprint"}
+        if not isinstance(saved, dict):
+            raise StateError(
+                "the state has no 'fingerprint', so it cannot be checked against this pipeline (shards, "
+                f"seed, split, stages): {str(state)[:200]}. Pass the whole dict that state_dict() returned."
+            )
+        position = {k: v for k, v in state.items() if k not in ("fingerprint", "version")}
+        if version is None and not any(k in position for k in _POSITIONS):
+            position["start"] = True  # before versions, a state naming only its epoch was its start
+        check_position(position)
+        now = self.fingerprint()
+        differ = [f"{k}: saved {saved.get(k)!r}, now {v!r}" for k, v in now.items() if saved.get(k) != v]
+        if differ:
+            raise StateError(
+                "the state was taken from a different pipeline (" + "; ".join(differ) + "); "
+                "restore it into a pipeline built with the same shards, seed, split and stages"
+            )
+        self._restore = position
+        self._continuing = None
+
+    def restore_position(self, position: StateDict) -> None:
+        """Continue from a :meth:`position` (a loader's per-worker record, checked by the loader
+        against the fingerprint) at the next ``iter()``."""
+        check_position(position)
+        self._restore = dict(position)
         self._continuing = None
 
     # -- lengths and epochs -------------------------------------------------------------------

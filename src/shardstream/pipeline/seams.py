@@ -55,6 +55,8 @@ class LoaderDataset(Stateful, Protocol):
 
     def position(self) -> StateDict: ...
 
+    def restore_position(self, position: StateDict) -> None: ...
+
     def restore_workers(self, epoch: int, states: list[StateDict | None], roles: list[int]) -> None: ...
 
     def workers_started(self) -> None: ...
@@ -82,7 +84,7 @@ class ReadsSource(Protocol):
 def finished_epoch(state: StateDict | None, epoch: int) -> bool:
     """Whether a worker's saved ``state`` says it had yielded everything of ``epoch``: a position
     taken after a pass ends names the next epoch and nothing else."""
-    return state is not None and set(state) == {"epoch"} and int(state["epoch"]) > epoch
+    return state is not None and set(state) <= {"epoch", "start"} and int(state["epoch"]) > epoch
 
 
 def worker_restore(state: StateDict | None, epoch: int) -> StateDict | None:
