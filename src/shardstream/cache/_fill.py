@@ -25,7 +25,7 @@ from ..errors import CacheError, redact_url
 from ..sources import Source
 from . import eviction
 from ._evict_pass import Evictor
-from ._tee import Fill, TeeReader
+from ._tee import Fill, TeeReader, is_full
 from .layout import Layout
 from .lease import Lease
 from .lock import ShardLock
@@ -37,6 +37,8 @@ __all__ = ["Filler"]
 log = logging.getLogger("shardstream.cache")
 
 _MD5_ETAG = re.compile(r'^"?([0-9a-fA-F]{32})"?$')
+
+_WARNED_FULL: set[str] = set()  # cache roots already warned about in this process
 
 
 @dataclass(frozen=True)
@@ -94,7 +96,16 @@ class Filler:
                 lease.release()
                 self.count("uncached", url)
                 return src, None
-            tmp, fd = self._reserve(name, expected)
+            try:
+                tmp, fd = self._reserve(name, expected)
+            except OSError as exc:
+                if not is_full(exc):
+                    raise
+                remove_quietly(self.layout.tmp(name, self.owner))
+                self._full(url, exc)
+                lock.release()
+                lease.release()
+                return src, None
         except BaseException:
             src.close()
             raise
@@ -113,10 +124,21 @@ class Filler:
             if lock.held:
                 lock.release()
 
+        def reopen(offset: int) -> BinaryIO:
+            return self.source.open(url, offset=offset)
+
         md5 = self.verify_etag and etag is not None and _MD5_ETAG.match(etag) is not None
         try:
-            fill = Fill(src, fd, label=name, finish=finish, cleanup=cleanup, md5=md5)
-            reader = TeeReader(fill, tmp, lease.release, local_path=self.layout.data(name))
+            fill = Fill(
+                src,
+                fd,
+                label=name,
+                finish=finish,
+                cleanup=cleanup,
+                md5=md5,
+                on_full=lambda exc: self._full(url, exc),
+            )
+            reader = TeeReader(fill, tmp, lease.release, local_path=self.layout.data(name), reopen=reopen)
         except BaseException:
             os.close(fd)
             src.close()
@@ -124,6 +146,24 @@ class Filler:
             raise
         fill.start()
         return cast(BinaryIO, reader), self.layout.data(name)
+
+    def _full(self, url: str, exc: OSError) -> None:
+        """Count a shard read uncached because the cache's filesystem is full; warn once."""
+        self.count("uncached", url)
+        root = str(self.layout.root)
+        if root in _WARNED_FULL:
+            log.debug("cache: %s read uncached: %s is full (%s)", redact_url(url), root, exc.strerror)
+            return
+        _WARNED_FULL.add(root)
+        log.warning(
+            "the cache directory %s has no room (%s) for %s: reading it directly from the source, "
+            "uncached, and so for the next shards that do not fit. Free space there, lower "
+            "cache_size below the free space so that eviction makes room, or point cache_dir at a "
+            "larger filesystem.",
+            root,
+            exc.strerror or exc,
+            redact_url(url),
+        )
 
     def _reserve(self, name: str, expected: int | None) -> tuple[str, int]:
         """Create the temp file; with a size limit, evict first and reserve ``expected`` bytes."""

@@ -8,6 +8,11 @@ If the consumer stops early, the copy still completes and is published. An error
 where the reader reaches the missing bytes; the reader sees end-of-file only after the whole
 shard was verified, never a silently truncated shard.
 
+A full filesystem (``ENOSPC``, a quota, a file-size limit) is not an error of the shard: the copy
+stops, the temp file is removed (the reader keeps its bytes through its open descriptor), the fill
+reports it through ``on_full``, and the reader continues from the source itself at the first byte
+the cache did not get, so the epoch goes on and no partial entry is left behind.
+
 The copy thread is fork-aware (see :mod:`shardstream.forks`): it starts through the
 fork gate and writes, hashes and publishes inside busy regions, so a DataLoader fork finds it
 waiting in a network read or parked at the gate, never holding a lock or mid-publish.
@@ -15,6 +20,7 @@ waiting in a network read or parked at the gate, never holding a lock or mid-pub
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import logging
@@ -25,12 +31,20 @@ from typing import Any, BinaryIO
 
 from ..forks import gate
 
-__all__ = ["Fill", "TeeReader"]
+__all__ = ["FULL_ERRNOS", "Fill", "TeeReader", "is_full"]
 
 log = logging.getLogger("shardstream.cache")
 
 _FIRST_CHUNK = 64 << 10  # small first reads: the first sample is readable sooner
 _MAX_CHUNK = 1 << 20
+
+#: Errors that mean "the cache's filesystem has no room", not "the data is bad".
+FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+def is_full(exc: BaseException) -> bool:
+    """Whether ``exc`` says the filesystem (or a quota or file-size limit) has no room left."""
+    return isinstance(exc, OSError) and exc.errno in FULL_ERRNOS
 
 
 class Fill:
@@ -44,6 +58,8 @@ class Fill:
             and publishes, and raises to report bad data to the readers.
         cleanup: called after a failure (after ``fd`` is closed) to remove the temp file.
         md5: also compute the MD5 of the data (for ETag checks).
+        on_full: called with the ``OSError`` when the filesystem has no room (after ``cleanup``);
+            the copy then ends without an error and readers continue from the source.
     """
 
     def __init__(
@@ -55,8 +71,11 @@ class Fill:
         finish: Callable[[int, str | None], None],
         cleanup: Callable[[], None],
         md5: bool = False,
+        on_full: Callable[[OSError], None] | None = None,
     ) -> None:
         self._src = src
+        self._on_full = on_full
+        self.full = False  # the copy stopped for lack of room: readers go on from the source
         self._fd = fd
         self._finish = finish
         self._cleanup = cleanup
@@ -112,11 +131,17 @@ class Fill:
             with gate.busy():
                 if fd_open:
                     os.close(self._fd)
-                self.error = exc
+                full = is_full(exc) and self._on_full is not None
+                if full:
+                    self.full = True
+                else:
+                    self.error = exc
                 try:
                     self._cleanup()
                 except Exception:
                     log.exception("cache: cleanup after a failed fill failed")
+                if full and self._on_full is not None and isinstance(exc, OSError):
+                    self._on_full(exc)
         finally:
             with self.cond:
                 self.done = True
@@ -139,13 +164,23 @@ class TeeReader(io.RawIOBase):
         path: the temp file (opened now; the descriptor stays valid after the rename).
         on_close: called once when the reader is closed (releases the reader's lease).
         local_path: where the entry is published once complete (the ``local_path`` attribute).
+        reopen: opens the source at a byte offset; used to go on reading when the fill stopped
+            for lack of room (without it, such a reader ends with the filesystem's error).
     """
 
     def __init__(
-        self, fill: Fill, path: str, on_close: Callable[[], None], *, local_path: str | None = None
+        self,
+        fill: Fill,
+        path: str,
+        on_close: Callable[[], None],
+        *,
+        local_path: str | None = None,
+        reopen: Callable[[int], BinaryIO] | None = None,
     ) -> None:
         super().__init__()
         self._fill = fill
+        self._reopen = reopen
+        self._direct: BinaryIO | None = None  # the source itself, after a full filesystem
         self._file = open(path, "rb", buffering=0)  # noqa: SIM115 - closed in close()
         self._pos = 0
         self._on_close: Callable[[], None] | None = on_close
@@ -158,6 +193,8 @@ class TeeReader(io.RawIOBase):
         view = memoryview(buffer).cast("B")
         if not len(view):
             return 0
+        if self._direct is not None:
+            return self._read_direct(view)
         fill = self._fill
         with fill.cond:
             while self._pos >= fill.written and not fill.done:
@@ -167,8 +204,25 @@ class TeeReader(io.RawIOBase):
         if available <= 0:
             if error is not None:
                 raise error
+            if fill.full:
+                if self._reopen is None:
+                    raise OSError(errno.ENOSPC, "the cache's filesystem is full; cannot reopen the shard")
+                self._direct = self._reopen(self._pos)
+                return self._read_direct(view)
             return 0
         n = self._file.readinto(view[: min(len(view), available)]) or 0
+        self._pos += n
+        return n
+
+    def _read_direct(self, view: memoryview) -> int:
+        assert self._direct is not None
+        readinto: Callable[[Any], int] | None = getattr(self._direct, "readinto", None)
+        if readinto is not None:
+            n = readinto(view) or 0
+        else:
+            data = self._direct.read(len(view))
+            n = len(data)
+            view[:n] = data
         self._pos += n
         return n
 
@@ -178,6 +232,9 @@ class TeeReader(io.RawIOBase):
         The temp file is random-access, so nothing is read to get there; an ``offset`` past the
         end gives end-of-file once the copy is complete and verified.
         """
+        if self._direct is not None:
+            self._direct.close()
+            self._direct = None  # reopened at the new offset by the next read
         self._file.seek(offset)
         self._pos = offset
 
@@ -188,6 +245,9 @@ class TeeReader(io.RawIOBase):
     def close(self) -> None:
         if not self.closed:
             self._file.close()
+            if self._direct is not None:
+                self._direct.close()
+                self._direct = None
             on_close, self._on_close = self._on_close, None
             if on_close is not None:
                 on_close()
