@@ -310,8 +310,7 @@ class ShardCache:
             counters = self._counters = CounterFile(self.layout.counters, tag, self._stats.snapshot())
             # At exit (main process and multiprocessing children alike) or when this cache is
             # collected: the counts since the last throttled write are not lost.
-            final = {"force": True}
-            multiprocessing.util.Finalize(self, counters.record, (self._stats,), final, exitpriority=1)
+            multiprocessing.util.Finalize(self, counters.finish, (self._stats,), exitpriority=1)
         return counters
 
     def _note_lock(self, lock: ShardLock) -> None:

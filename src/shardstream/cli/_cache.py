@@ -5,7 +5,10 @@ on this host and by heartbeat age elsewhere, and remove nothing). ``clean`` remo
 live process uses, through the cache's own rules: temp files and locks of dead writers, leases of
 dead readers, entries whose size no longer matches their record, and, with ``--all`` or
 ``--max-size``, idle entries least recently used first. An entry with a live reader lease or a
-fill lock is never removed, so cleaning while jobs run is safe.
+fill lock is never removed, so cleaning while jobs run is safe. ``clean`` also rolls the
+per-process counter files up into totals (those of finished processes, of dead ones on this
+host, and any unchanged for ``--counters-age``), so a cache shared by many jobs keeps a handful
+of them; ``stats`` sums live and rolled-up counters alike.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
+
+from ..cache.stats import CounterTotals
 
 __all__ = ["DESCRIPTION", "add_arguments", "inventory", "run"]
 
@@ -42,6 +47,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=60.0,
         help="seconds without heartbeat after which a holder on another host is dead (default 60)",
+    )
+    parser.add_argument(
+        "--counters-age",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="clean: roll up counter files unchanged for this long (default one day)",
     )
 
 
@@ -69,7 +81,7 @@ class Inventory:
     locks: int
     stale_locks: list[str]
     dead_leases: int
-    counters: dict[str, dict[str, int]]
+    counters: CounterTotals
 
 
 def _walk(top: str) -> list[str]:
@@ -88,7 +100,7 @@ def inventory(root: str, *, stale_after: float = 60.0) -> Inventory:
     from ..cache.lease import live_leases
     from ..cache.lock import read_lock
     from ..cache.owner import Owner, is_alive
-    from ..cache.stats import read_counter_files
+    from ..cache.stats import read_counters
     from ._errors import UsageError
 
     layout = Layout(root)
@@ -150,7 +162,7 @@ def inventory(root: str, *, stale_after: float = 60.0) -> Inventory:
         locks=len(lock_files),
         stale_locks=stale_locks,
         dead_leases=dead_leases,
-        counters=read_counter_files(layout.counters),
+        counters=read_counters(layout.counters),
     )
 
 
@@ -183,9 +195,7 @@ def _ls(inv: Inventory, args: argparse.Namespace) -> int:
 
 
 def _stats(inv: Inventory, args: argparse.Namespace) -> int:
-    totals: collections.Counter[str] = collections.Counter()
-    for counts in inv.counters.values():
-        totals.update(counts)
+    totals: collections.Counter[str] = collections.Counter(inv.counters.total())
     opened = totals["hits"] + totals["misses"]
     report: dict[str, Any] = {
         "entries": len(inv.entries),
@@ -199,7 +209,8 @@ def _stats(inv: Inventory, args: argparse.Namespace) -> int:
         "stale_locks": len(inv.stale_locks),
         "dead_temp_files": len(inv.dead_temps),
         "dead_leases": inv.dead_leases,
-        "processes_counted": len(inv.counters),
+        "processes_counted": inv.counters.process_count,
+        "counter_files": len(inv.counters.processes),
         "counters": dict(sorted(totals.items())),
         "hit_rate": totals["hits"] / opened if opened else None,
     }
@@ -282,6 +293,7 @@ def _clean(inv: Inventory, args: argparse.Namespace) -> int:
                 lock.release()
     before = {e.name: e.size for e in entries}
     evicted = cache.evict() if limit is not None else []
+    rolled = _roll_up(cache.layout.counters, cache.owner.tag(), args)
     report = {
         "stale_locks": broken,
         "dead_temp_files": len(inv.dead_temps),
@@ -290,8 +302,28 @@ def _clean(inv: Inventory, args: argparse.Namespace) -> int:
         "evicted": evicted,
         "evicted_bytes": sum(before.get(n, 0) for n in evicted),
         "kept_in_use": sum(1 for e in entries if e.busy),
+        "counter_files_rolled_up": rolled,
     }
     return _report("removed", report, args)
+
+
+def _roll_up(directory: str, claimer: str, args: argparse.Namespace) -> int:
+    from ..cache.owner import Owner, is_alive
+    from ..cache.stats import DEFAULT_MAX_AGE, roll_up
+
+    me = Owner.current()
+
+    def is_dead(tag: str) -> bool:
+        host, _, rest = tag.partition("~")
+        pid, _, start = rest.partition("~")
+        try:
+            owner = Owner(host, int(pid), None if start in ("", "-", "None") else int(start), "")
+        except ValueError:
+            return False
+        return is_alive(owner, me.host) is False
+
+    age = args.counters_age if args.counters_age is not None else DEFAULT_MAX_AGE
+    return roll_up(directory, claimer=claimer, max_age=age, is_dead=is_dead)
 
 
 def _report(verb: str, report: dict[str, Any], args: argparse.Namespace) -> int:
@@ -304,6 +336,11 @@ def _report(verb: str, report: dict[str, Any], args: argparse.Namespace) -> int:
         f"{report['corrupt_entries']} corrupt entries, {report['stale_locks']} stale locks, "
         f"{report['dead_temp_files']} dead temp files, {report['dead_leases']} dead leases"
         + (f"; kept {report['kept_in_use']} in use" if report.get("kept_in_use") else "")
+        + (
+            f"; rolled up {report['counter_files_rolled_up']} counter files"
+            if report.get("counter_files_rolled_up")
+            else ""
+        )
         + "\n"
     )
     return 0
@@ -312,7 +349,9 @@ def _report(verb: str, report: dict[str, Any], args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     from ._errors import UsageError
 
-    if args.action != "clean" and (args.all or args.max_size or args.dry_run):
-        raise UsageError("--all, --max-size and --dry-run apply to `cache clean` only")
+    if args.action != "clean" and (
+        args.all or args.max_size or args.dry_run or args.counters_age is not None
+    ):
+        raise UsageError("--all, --max-size, --dry-run and --counters-age apply to `cache clean` only")
     inv = inventory(args.directory, stale_after=args.stale_after)
     return {"ls": _ls, "stats": _stats, "clean": _clean}[args.action](inv, args)
