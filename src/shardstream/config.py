@@ -23,10 +23,12 @@ __all__ = [
     "UNSET",
     "VARIABLES",
     "LauncherEnv",
+    "NetworkEnv",
     "Settings",
     "Unset",
     "env_value",
     "launcher_env",
+    "network_env",
     "parse_size",
     "read_settings",
     "spec_variable",
@@ -209,6 +211,47 @@ def spec_variable(name: str, environ: Mapping[str, str] | None = None) -> str | 
     """
     env = os.environ if environ is None else environ
     return env.get("WDS_" + name)
+
+
+@dataclass(frozen=True)
+class NetworkEnv:
+    """The standard network variables that curl, requests and botocore honour; ``None`` where unset.
+
+    Attributes:
+        http_proxy / https_proxy / no_proxy: ``http_proxy`` or ``HTTP_PROXY`` (lower case first,
+            as curl and requests read them), ``https_proxy``/``HTTPS_PROXY``, ``no_proxy``/
+            ``NO_PROXY``; ``ALL_PROXY`` stands in for a missing one of the first two.
+        ca_bundle: ``REQUESTS_CA_BUNDLE``, else ``CURL_CA_BUNDLE`` (TLS trust for ``https://``).
+        aws_ca_bundle: ``AWS_CA_BUNDLE`` (botocore's; S3 uses it first, then ``ca_bundle``).
+        ``SSL_CERT_FILE``/``SSL_CERT_DIR`` are read by OpenSSL itself for the default trust store.
+    """
+
+    http_proxy: str | None = None
+    https_proxy: str | None = None
+    no_proxy: str | None = None
+    ca_bundle: str | None = None
+    aws_ca_bundle: str | None = None
+
+
+def network_env(environ: Mapping[str, str] | None = None) -> NetworkEnv:
+    """Read the proxy and CA bundle variables (see :class:`NetworkEnv`), when a source is built."""
+    env = os.environ if environ is None else environ
+
+    def first(*names: str) -> str | None:
+        for name in names:
+            value = env.get(name)
+            if value:
+                return value
+        return None
+
+    every = first("all_proxy", "ALL_PROXY")
+    return NetworkEnv(
+        http_proxy=first("http_proxy", "HTTP_PROXY") or every,
+        https_proxy=first("https_proxy", "HTTPS_PROXY") or every,
+        no_proxy=first("no_proxy", "NO_PROXY"),
+        ca_bundle=first("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE"),
+        aws_ca_bundle=first("AWS_CA_BUNDLE"),
+    )
 
 
 @dataclass(frozen=True)

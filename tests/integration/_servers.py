@@ -167,9 +167,11 @@ class HTTPFileServer:
         ranges: path -> the ``Range`` header of each GET of it, in order (``None``: no header).
     """
 
-    def __init__(self, root: Path | str) -> None:
+    def __init__(self, root: Path | str, ssl_context: Any = None) -> None:
         self.root = Path(root)
         self._server = _CountingHTTPServer((LOOPBACK, 0), _Handler)
+        if ssl_context is not None:  # HTTPS with the given (test CA's) certificate
+            self._server.socket = ssl_context.wrap_socket(self._server.socket, server_side=True)
         self._server.root = self.root
         self._server.requests = collections.Counter()
         self._server.ranges = collections.defaultdict(list)
@@ -178,7 +180,7 @@ class HTTPFileServer:
         self._server.headers = collections.defaultdict(list)
         self._server.lock = threading.Lock()
         self.port: int = self._server.server_address[1]
-        self.url = f"http://{LOOPBACK}:{self.port}"
+        self.url = f"{'https' if ssl_context is not None else 'http'}://{LOOPBACK}:{self.port}"
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="http-file-server", daemon=True
         )

@@ -80,6 +80,8 @@ class Multiplexer:
     def submit(self, token: Any, key: Key, request: bytes) -> Answer | None:
         """Start ``request`` (the whole request's bytes) to ``key`` = (scheme, host, port). Its
         :class:`Answer` comes from a later :meth:`wait`, or at once when it fails to start."""
+        if self.pool.proxies:
+            request = self.pool.for_proxy(key, request)  # absolute form for a proxied http origin
         job = Job(token, key, request)
         try:
             try:
@@ -122,6 +124,18 @@ class Multiplexer:
         self._connect(job)
 
     def _connect(self, job: Job) -> None:
+        if self.pool.through_proxy(job.key):
+            # Through a proxy the connection (tunnel and TLS included) is set up blocking, once
+            # per connection; requests then run on the loop as any other.
+            conn = self.pool.connect(job.key)
+            conn.sock.setblocking(False)
+            job.conn = conn
+            job.state = SENDING
+            job.deadline = time.monotonic() + self.pool.response_timeout
+            self._jobs[conn.sock.fileno()] = job
+            self._ep.register(conn.sock.fileno(), _OUT)
+            job.mask = _OUT
+            return
         scheme, host, port = job.key
         infos = self._addresses.get(job.key)
         if infos is None:  # resolved once per host (blocking, like socket.create_connection)

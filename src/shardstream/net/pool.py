@@ -6,7 +6,8 @@ measured the lowest client CPU per GB of the clients we compared (``benchmarks/b
 it lets ``close()`` drop a half-read connection at once. The ``http(s)://`` and ``s3://`` sources
 share it; translating statuses and socket errors into shardstream errors is theirs
 (``shardstream.sources``).
-Not supported: HTTP(S) proxies (``HTTP_PROXY``) and HTTP/2.
+Proxies (:mod:`.proxy`): an ``https`` origin through a ``CONNECT`` tunnel, an ``http`` one with
+absolute-form requests to the proxy. Not supported: HTTP/2.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from urllib.parse import urlsplit
 
 from .idle import IdleConnections
 from .idle import Key as _Key
+from .proxy import Proxies, open_tunnel
 
 __all__ = ["ConnectionPool", "PooledBody"]
 
@@ -145,6 +147,7 @@ class ConnectionPool:
             sending the request (default: ``read_timeout``).
         ssl_context: context for ``https`` (default: the system's trusted CAs).
         max_idle: idle connections kept per host (default 16).
+        proxies: which origins are reached through a proxy (default: none).
     """
 
     def __init__(
@@ -155,22 +158,35 @@ class ConnectionPool:
         response_timeout: float | None = None,
         ssl_context: ssl.SSLContext | None = None,
         max_idle: int = 16,
+        proxies: Proxies | None = None,
     ) -> None:
         self.connect_timeout = connect_timeout
         self.read_timeout = read_timeout
         self.response_timeout = read_timeout if response_timeout is None else response_timeout
         self._ssl = ssl_context
+        self.proxies = proxies
         self.idle: IdleConnections[http.client.HTTPConnection] = IdleConnections(max_idle)
 
     def _new(self, key: _Key) -> http.client.HTTPConnection:
         scheme, host, port = key
         conn: http.client.HTTPConnection
+        route = self.proxies.route(scheme, host, port) if self.proxies else None
         if scheme == "https":
             ctx = self._ssl if self._ssl is not None else ssl.create_default_context()
             conn = http.client.HTTPSConnection(host, port, timeout=self.connect_timeout, context=ctx)
+            if route is not None:  # TLS to the origin inside the proxy's tunnel
+                raw = open_tunnel(route, host, port, self.connect_timeout)
+                try:
+                    conn.sock = ctx.wrap_socket(raw, server_hostname=host)
+                except BaseException:
+                    raw.close()
+                    raise
+        elif route is not None:  # requests in absolute form to the proxy (see request())
+            conn = http.client.HTTPConnection(route.host, route.port, timeout=self.connect_timeout)
         else:
             conn = http.client.HTTPConnection(host, port, timeout=self.connect_timeout)
-        conn.connect()
+        if conn.sock is None:
+            conn.connect()
         assert conn.sock is not None
         conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return conn
@@ -188,6 +204,12 @@ class ConnectionPool:
         scheme = parts.scheme.lower()
         key: _Key = (scheme, parts.hostname or "", parts.port or (443 if scheme == "https" else 80))
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        route = self.proxies.route(*key) if self.proxies and scheme == "http" else None
+        if route is not None:  # a plain-http origin through a proxy: absolute form
+            default = key[2] == 80
+            target = f"http://{key[1]}{'' if default else f':{key[2]}'}{target}"
+            if route.authorization is not None:
+                headers = {**(headers or {}), "Proxy-Authorization": route.authorization}
         while True:
             conn = self.idle.take(key)
             reused = conn is not None

@@ -13,7 +13,8 @@ It covers what an object GET needs: ``Content-Length`` and chunked bodies, bodie
 connection's close, keep-alive, and a reused connection that the server closed meanwhile (sent
 again once, on a new connection: only for GET and HEAD, which are idempotent). Streaming large
 bodies stays with :mod:`.pool` (its reader fills the caller's buffer without this module's one
-copy). Not supported: proxies, HTTP/2, ``Expect: 100-continue`` (1xx answers are skipped).
+copy). Proxies as in :mod:`.proxy` (a tunnel for ``https``, absolute-form requests for ``http``).
+Not supported: HTTP/2, ``Expect: 100-continue`` (1xx answers are skipped).
 
 Errors are the standard library's: ``OSError`` (reset, refused, timeout) and
 ``http.client.HTTPException`` (a malformed response, a body cut short); the sources translate
@@ -32,6 +33,7 @@ from collections.abc import Mapping
 from ..forks import ForkSafeLock
 from .idle import Closable, IdleConnections
 from .idle import Key as _Key
+from .proxy import Proxies, absolute_form, open_tunnel
 
 __all__ = ["WholeBodyPool", "WholeResponse", "render_request"]
 
@@ -118,6 +120,7 @@ class WholeBodyPool:
         read_timeout: seconds any later receive may wait.
         ssl_context: context for ``https`` (default: the system's trusted CAs).
         max_idle: idle connections kept per host.
+        proxies: which origins are reached through a proxy (default: none).
     """
 
     def __init__(
@@ -128,18 +131,42 @@ class WholeBodyPool:
         read_timeout: float = 60.0,
         ssl_context: ssl.SSLContext | None = None,
         max_idle: int = 64,
+        proxies: Proxies | None = None,
     ) -> None:
         self.connect_timeout = connect_timeout
         self.response_timeout = response_timeout
         self.read_timeout = read_timeout
         self._ssl = ssl_context
+        self.proxies = proxies
         self.idle: IdleConnections[Connection] = IdleConnections(max_idle)
         self._parked: Closable | None = None
         self._park_lock = ForkSafeLock()
 
+    def through_proxy(self, key: _Key) -> bool:
+        """Whether connections to ``key`` go through a proxy (then :meth:`connect` blocks and
+        :meth:`for_proxy` rewrites plain-http requests)."""
+        return self.proxies is not None and self.proxies.route(*key) is not None
+
+    def for_proxy(self, key: _Key, request: bytes) -> bytes:
+        """``request`` as it is sent on a connection to ``key`` (absolute form through a proxy)."""
+        route = self.proxies.route(*key) if self.proxies else None
+        if route is None or key[0] != "http":
+            return request
+        return absolute_form(request, *key, route)
+
+    def connect(self, key: _Key) -> Connection:
+        """A new blocking connection to ``key`` (TLS done; through a proxy when one applies)."""
+        return self._connect(key)
+
     def _connect(self, key: _Key) -> Connection:
         scheme, host, port = key
-        sock = socket.create_connection((host, port), timeout=self.connect_timeout)
+        route = self.proxies.route(scheme, host, port) if self.proxies else None
+        if route is None:
+            sock = socket.create_connection((host, port), timeout=self.connect_timeout)
+        elif scheme == "https":
+            sock = open_tunnel(route, host, port, self.connect_timeout)
+        else:
+            sock = socket.create_connection((route.host, route.port), timeout=self.connect_timeout)
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if scheme == "https":
@@ -176,7 +203,7 @@ class WholeBodyPool:
             resp = WholeResponse()
             try:
                 conn.set_timeout(self.response_timeout)
-                conn.sock.sendall(request)
+                conn.sock.sendall(self.for_proxy(key, request) if self.proxies else request)
                 reusable = self._read(conn, resp, sink, head=head)
             except (ConnectionResetError, BrokenPipeError, http.client.RemoteDisconnected):
                 conn.close()

@@ -14,9 +14,10 @@ import ssl
 from collections.abc import Mapping
 from typing import BinaryIO, cast
 
-from ..config import UNSET
+from ..config import UNSET, network_env
 from ..errors import ConfigurationError, SourceError
 from ..net.pool import ConnectionPool, PooledBody
+from ..net.proxy import Proxies
 from ..net.redirect import basic_auth, follow_redirects
 from ._ahead import PendingOpen
 from ._resume import EmptyBody, Opened, ResumableReader, range_header
@@ -24,7 +25,14 @@ from ._retry import RetryPolicy
 from ._status import network_error, status_error
 from .base import ObjectInfo, SourceBase, check_range
 
-__all__ = ["HTTPSource", "beyond_end", "check_max_redirects", "content_range_total", "ssl_context"]
+__all__ = [
+    "HTTPSource",
+    "beyond_end",
+    "check_max_redirects",
+    "content_range_total",
+    "network",
+    "ssl_context",
+]
 
 
 def check_max_redirects(value: int) -> int:
@@ -35,7 +43,8 @@ def check_max_redirects(value: int) -> int:
 
 
 def ssl_context(verify: bool | str) -> ssl.SSLContext:
-    """TLS context: system CAs (``True``), a CA bundle file or directory, or no checks (``False``)."""
+    """TLS context: system CAs (``True``; OpenSSL honours ``SSL_CERT_FILE``/``SSL_CERT_DIR``), a CA
+    bundle file or directory, or no checks (``False``)."""
     if verify is False:
         ctx = ssl.create_default_context()
         ctx.check_hostname = False
@@ -44,10 +53,33 @@ def ssl_context(verify: bool | str) -> ssl.SSLContext:
     if isinstance(verify, str):
         import os.path
 
-        if os.path.isdir(verify):
-            return ssl.create_default_context(capath=verify)
-        return ssl.create_default_context(cafile=verify)
+        try:
+            if os.path.isdir(verify):
+                return ssl.create_default_context(capath=verify)
+            return ssl.create_default_context(cafile=verify)
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigurationError(
+                f"the CA bundle {verify!r} cannot be used ({exc}); point verify= (or AWS_CA_BUNDLE, "
+                "REQUESTS_CA_BUNDLE) at a readable PEM file or a directory of certificates"
+            ) from None
     return ssl.create_default_context()
+
+
+def network(verify: bool | str, *, aws: bool = False) -> tuple[bool | str, ssl.SSLContext, Proxies | None]:
+    """The TLS trust and the proxies of a source, as curl and botocore choose them.
+
+    An explicit ``verify`` (a path, or ``False``) wins; ``verify=True`` takes ``AWS_CA_BUNDLE``
+    (S3 only, ``aws=True``), else ``REQUESTS_CA_BUNDLE``/``CURL_CA_BUNDLE``, else the system's trust
+    store. Proxies come from ``HTTPS_PROXY``/``HTTP_PROXY``/``NO_PROXY`` (:mod:`shardstream.net.proxy`).
+    Returns ``(verify as resolved, TLS context, proxies or None)``.
+    """
+    env = network_env()
+    if verify is True:
+        bundle = (env.aws_ca_bundle if aws else None) or env.ca_bundle
+        if bundle:
+            verify = bundle
+    proxies = Proxies(env.http_proxy, env.https_proxy, env.no_proxy)
+    return verify, ssl_context(verify), proxies if proxies else None
 
 
 def _error_detail(body: PooledBody) -> str:
@@ -113,7 +145,9 @@ class HTTPSource(SourceBase):
             about this long. Once bytes flow, ``retries``/``retry_deadline`` govern.
         headers: extra request headers, e.g. ``{"Authorization": "Bearer ..."}``; never logged,
             and never sent to another origin after a redirect.
-        verify: ``True`` (system CAs), a CA bundle path, or ``False`` to skip TLS checks.
+        verify: ``True`` (``REQUESTS_CA_BUNDLE``/``CURL_CA_BUNDLE`` when set, else the system's
+            CAs), a CA bundle path, or ``False`` to skip TLS checks. Proxies: ``HTTPS_PROXY``,
+            ``HTTP_PROXY`` and ``NO_PROXY`` are honoured, as curl does.
         retries: attempts per fault, first included (default ``SHARDSTREAM_RETRIES``).
         retry_deadline: seconds one stream may spend retrying (default ``SHARDSTREAM_RETRY_DEADLINE``).
         max_redirects: redirects followed per request (default 10; 0 treats a redirect as an error).
@@ -137,11 +171,13 @@ class HTTPSource(SourceBase):
             retries=retries, retry_deadline=retry_deadline, first_byte_deadline=first_byte_deadline
         )
         self.max_redirects = check_max_redirects(max_redirects)
+        _, context, proxies = network(verify)
         self.pool = ConnectionPool(
             connect_timeout=connect_timeout,
             read_timeout=read_timeout,
             response_timeout=response_timeout,
-            ssl_context=ssl_context(verify),
+            ssl_context=context,
+            proxies=proxies,
         )
 
     def __repr__(self) -> str:  # header values may be secrets: show names only

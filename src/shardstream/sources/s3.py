@@ -35,7 +35,7 @@ from ._s3_signing import S3Addressing, _is_aws, parse_s3_url
 from ._s3_writer import S3Writer
 from ._sigv4 import SigV4Signer
 from .base import ObjectInfo, SourceBase, check_range
-from .http import beyond_end, content_range_total, ssl_context
+from .http import beyond_end, content_range_total, network
 from .many import ManyGets
 
 __all__ = ["S3Source", "S3Writer", "parse_s3_url", "s3_error"]
@@ -65,7 +65,9 @@ class S3Source(S3Addressing, SourceBase):
         first_byte_deadline: seconds a stream may spend, retries included, before its first byte
             arrives (default 60): a server that accepts connections but never answers fails after
             about this long; once bytes flow, ``retries``/``retry_deadline`` govern.
-        verify: ``True``, a CA bundle path, or ``False`` (TLS checks off).
+        verify: ``True`` (``AWS_CA_BUNDLE``, else ``REQUESTS_CA_BUNDLE``, else the system's CAs),
+            a CA bundle path, or ``False`` (TLS checks off). ``HTTPS_PROXY``/``HTTP_PROXY``/
+            ``NO_PROXY`` are honoured by every request, botocore's and ours.
         retries, retry_deadline: the retry budget (defaults from ``SHARDSTREAM_RETRIES`` and
             ``SHARDSTREAM_RETRY_DEADLINE``).
         part_size: multipart upload part size in bytes for writes (default 16 MiB, minimum 5 MiB).
@@ -119,6 +121,7 @@ class S3Source(S3Addressing, SourceBase):
         )
         self.requests: Counter[str] = Counter()  # GETs per URL (resumes included), for tests/stats
         self._count_lock = ForkSafeLock()
+        verify, context, proxies = network(verify, aws=True)  # AWS_CA_BUNDLE, proxies from the env
         self._client_args = dict(
             endpoint_url=endpoint_url,
             region_name=region,
@@ -144,14 +147,16 @@ class S3Source(S3Addressing, SourceBase):
             connect_timeout=connect_timeout,
             read_timeout=read_timeout,
             response_timeout=response_timeout,
-            ssl_context=ssl_context(verify),
+            ssl_context=context,
+            proxies=proxies,
         )
         # Whole small objects (get_into, get_many) take a leaner client than streamed shards.
         self.whole = WholeBodyPool(
             connect_timeout=connect_timeout,
             read_timeout=read_timeout,
             response_timeout=response_timeout,
-            ssl_context=ssl_context(verify),
+            ssl_context=context,
+            proxies=proxies,
         )
 
     def __repr__(self) -> str:
