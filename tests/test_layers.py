@@ -31,6 +31,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "shardstream.tenbin",
         "shardstream.forks",
         "shardstream.optional",
+        "shardstream.faults",
     ),
     "planning": ("shardstream.shards",),  # pure functions of (shards, world)
     "net": ("shardstream.net",),  # HTTP/1.1 on sockets: no URL scheme, no S3

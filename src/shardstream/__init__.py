@@ -36,6 +36,7 @@ if _TYPE_CHECKING:
         shardlists,
         tariterators,
         utils,
+        wids,
         writer,
     )
     from .compat.autodecode import (
@@ -49,16 +50,20 @@ if _TYPE_CHECKING:
         torch_loads,
         torch_video,
     )
-    from .compat.filters import xdecode
+    from .compat.filters import LMDBCached, xdecode
     from .compat.gopen import gopen, gopen_schemes
+    from .compat.install import install_as_webdataset
     from .compat.mix import RandomMix, RoundRobin
+    from .compat.shardlists import MultiShardSample
     from .compat.tariterators import tarfile_samples, tarfile_to_samples
     from .compat.utils import repeatedly
     from .compat.webdataset import WebDataset, check_empty
     from .datasets.dataset import Dataset
+    from .datasets.mix import Mix
     from .datasets.object_dataset import ObjectDataset
     from .datasets.object_stream import ObjectStream
     from .datasets.policy import CachePolicy, SplitPolicy
+    from .datasets.shard_dataset import ShardDataset
     from .decoders import AudioWindows, VideoClips, register_decoder, video_info
     from .errors import (
         AccessDeniedError,
@@ -135,15 +140,17 @@ _MODULES: dict[str, str] = {
     "shardstream": "cache compat pipeline tenbin",
     "shardstream.cache": "CachedSource LRUCleanup ShardCache cached_source pipe_cleaner",
     "shardstream.compat": (
-        "autodecode extradatasets filters handlers mix pytorch shardlists tariterators utils writer"
+        "autodecode extradatasets filters handlers mix pytorch shardlists tariterators utils wids writer"
     ),
     "shardstream.compat.autodecode": (
         "Continue Decoder gzfilter handle_extension imagehandler pytorch_weights_only torch_audio "
         "torch_loads torch_video"
     ),
-    "shardstream.compat.filters": "xdecode",
+    "shardstream.compat.filters": "LMDBCached xdecode",
     "shardstream.compat.gopen": "gopen gopen_schemes",
+    "shardstream.compat.install": "install_as_webdataset",
     "shardstream.compat.mix": "RandomMix RoundRobin",
+    "shardstream.compat.shardlists": "MultiShardSample",
     "shardstream.compat.tariterators": "tarfile_samples tarfile_to_samples",
     "shardstream.compat.utils": "repeatedly",
     "shardstream.compat.webdataset": "WebDataset check_empty",
@@ -164,6 +171,7 @@ _MODULES: dict[str, str] = {
     "shardstream.pipeline.seams": "Stateful",
     "shardstream.pipeline.batch": "Expand batched default_collation_fn listed unbatched unlisted",
     "shardstream.datasets.dataset": "Dataset",
+    "shardstream.datasets.mix": "Mix",
     "shardstream.pipeline.decode": "decode",
     "shardstream.pipeline.annotate": "associate info",
     "shardstream.pipeline.cached": "Cached",
@@ -172,6 +180,7 @@ _MODULES: dict[str, str] = {
     "shardstream.pipeline.fluent": "FluidInterface FluidWrapper",
     "shardstream.datasets.object_stream": "ObjectStream",
     "shardstream.datasets.object_dataset": "ObjectDataset",
+    "shardstream.datasets.shard_dataset": "ShardDataset",
     "shardstream.pipeline.mapping": "map map_dict map_tuple select transform_with",
     "shardstream.pipeline.pipeline": "DataPipeline",
     "shardstream.readers.planned": "PlannedSamples",
@@ -198,7 +207,7 @@ _EXPORTS = {name: module for module, names in _MODULES.items() for name in names
 #: ours: ``shardstream.shardlists`` is ``shardstream.compat.shardlists``.
 _COMPAT_MODULES = frozenset(
     {"autodecode", "extradatasets", "filters", "gopen", "mix", "pytorch", "shardlists", "tariterators",
-     "utils", "writer"}
+     "utils", "wids", "writer"}
 )  # fmt: skip
 
 # __all__ is grouped, native API first, each group sorted (``tests/unit/test_exports.py``).
@@ -210,10 +219,12 @@ __all__ = [
     "Dataset",
     "EpochPlan",
     "Loader",
+    "Mix",
     "ObjectDataset",
     "ObjectStream",
     "SchemeRouter",
     "ShardCache",
+    "ShardDataset",
     "ShardWriter",
     "Source",
     "SplitPolicy",
@@ -230,6 +241,7 @@ __all__ = [
     "register_source",
     "torch_dumps",
     "video_info",
+    "wids",
     "worker_context",
 ]
 # The stage contract and the stages that start or shape a pipeline (``pipeline/``, ``readers/``).
@@ -281,8 +293,10 @@ __all__ += [
     "Decoder",
     "FluidInterface",
     "FluidWrapper",
+    "LMDBCached",
     "LRUCleanup",
     "MockDataset",
+    "MultiShardSample",
     "RandomMix",
     "RoundRobin",
     "WebDataset",
@@ -306,6 +320,7 @@ __all__ += [
     "ignore_and_stop",
     "imagehandler",
     "info",
+    "install_as_webdataset",
     "map",
     "map_dict",
     "map_tuple",
@@ -379,10 +394,12 @@ class _CompatAlias(_abc.MetaPathFinder, _abc.Loader):
         return _machinery.ModuleSpec(fullname, self)
 
     def create_module(self, spec: _machinery.ModuleSpec) -> _ModuleType:
-        return _importlib.import_module(f"{__name__}.compat.{spec.name.rpartition('.')[2]}")
+        module = _importlib.import_module(f"{__name__}.compat.{spec.name.rpartition('.')[2]}")
+        self.real_spec = module.__spec__  # importlib stamps the alias spec on it: restored below
+        return module
 
     def exec_module(self, module: _ModuleType) -> None:
-        pass
+        module.__spec__ = self.real_spec
 
 
 if not any(isinstance(f, _CompatAlias) for f in _sys.meta_path):

@@ -27,6 +27,7 @@ __all__ = [
     "Settings",
     "Unset",
     "env_value",
+    "gopen_rewrite",
     "launcher_env",
     "network_env",
     "parse_size",
@@ -211,6 +212,13 @@ def spec_variable(name: str, environ: Mapping[str, str] | None = None) -> str | 
     """
     env = os.environ if environ is None else environ
     return env.get("WDS_" + name)
+
+
+def gopen_rewrite(environ: Mapping[str, str] | None = None) -> str | None:
+    """WebDataset's ``GOPEN_REWRITE`` rules (``"from=to;from2=to2"``), or ``None`` when unset;
+    read by ``shardstream.compat.gopen.rewrite_url`` when it is called."""
+    env = os.environ if environ is None else environ
+    return env.get("GOPEN_REWRITE")
 
 
 @dataclass(frozen=True)

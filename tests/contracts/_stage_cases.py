@@ -134,6 +134,24 @@ CASES: dict[str, Callable[[Path], ss.DataPipeline]] = {
     "nested_pipeline": lambda r: ss.DataPipeline(_base(r, ss.decode()), ss.map(lambda s: s["cls"])),
     "with_epoch": lambda r: _base(r, ss.shuffle(5), seed=2).with_epoch(17),
     "repeat": lambda r: _base(r, ss.listed(7)).repeat(2),
+    "mix_all_exhausted+shuffle": lambda r: ss.Mix(
+        [ss.Dataset(urls(r)[:2], seed=1), ss.Dataset(urls(r)[2:3], seed=2).shuffle(3)],
+        weights=[0.4, 0.6],
+        stop="all_exhausted",
+        seed=5,
+    ).shuffle(6),
+    "mix_equal_first_exhausted": lambda r: ss.Mix(
+        [
+            ss.Dataset(urls(r)[:3], split=ss.SplitPolicy("equal", batch_size=2), seed=s, world=World(1, 2))
+            for s in (3, 4)
+        ]
+        + [ss.Dataset(urls(r)[3:], split=ss.SplitPolicy("equal", batch_size=2), seed=5)],
+        weights=[0.5, 0.3, 0.2],
+    ).decode(),
+    "random_mix": lambda r: ss.RandomMix(
+        [ss.Dataset(urls(r)[:3], seed=1), ss.Dataset(urls(r)[3:], seed=2)], probs=[1, 2], longest=True, seed=3
+    ),
+    "round_robin": lambda r: ss.RoundRobin([ss.Dataset(urls(r)[:2]), ss.Dataset(urls(r)[2:])]),
     "plain_function_replays": lambda r: _base(r, ss.decode(), _plain_double),
     "cached_replays": lambda r: _base(r, ss.Cached()),
 }

@@ -127,11 +127,15 @@ def test_missing_object_raises_not_found_naming_the_url(backend: Backend) -> Non
 # -- declared capabilities (SourceBase) -------------------------------------------------------------
 
 
-def _get_all(gets: ManyGets, urls: list[str]) -> dict[int, Outcome]:
-    """Every URL's outcome through one session, submitted all at once."""
+def _get_all(gets: ManyGets, urls: list[str] | list[tuple[str, int, int | None]]) -> dict[int, Outcome]:
+    """Every URL's (or ``(url, offset, length)`` range's) outcome through one session, submitted
+    all at once."""
     found: dict[int, Outcome] = {}
-    for i, url in enumerate(urls):
-        failed = gets.submit(i, url)
+    for i, request in enumerate(urls):
+        if isinstance(request, str):
+            failed = gets.submit(i, request)
+        else:
+            failed = gets.submit(i, *request)
         if failed is not None:
             found[failed.token] = failed
     while len(found) < len(urls):
@@ -175,6 +179,35 @@ def test_get_many_delivers_each_object_or_an_error_naming_it(backend: Backend, w
     finally:
         gets.close()
     assert gets.closed
+
+
+@pytest.mark.parametrize("which", ["declared", "default"])
+def test_get_many_reads_exactly_each_byte_range(backend: Backend, which: str) -> None:
+    """Ranged GETs through one session (S3: a ``Range`` header on the epoll loop; the default:
+    the source's ranged ``open``) follow ``open``'s range contract, mixed with whole objects;
+    a range of a missing object is a final error naming its URL."""
+    source = backend.source
+    assert isinstance(source, SourceBase)
+    url = backend.put(DATA)
+    requests: list[tuple[str, int, int | None]] = [(url, o, n) for o, n in RANGES] + [
+        (backend.missing, 10, 5)
+    ]
+    expected = [DATA[o:] if n is None else DATA[o : o + n] for o, n in RANGES]
+    gets = source.get_many(window=4) if which == "declared" else SourceBase.get_many(source, window=4)
+    try:
+        for _ in range(2):  # a paused session serves ranges again
+            found = _get_all(gets, requests)
+            assert [found[i].kind for i in range(len(RANGES))] == [OK] * len(RANGES)
+            assert [found[i].body for i in range(len(RANGES))] == expected
+            missing = found[len(RANGES)]
+            assert missing.kind == FAILED and isinstance(missing.error, backend.missing_error)
+            assert backend.missing in str(missing.error)
+            gets.pause()
+    finally:
+        gets.close()
+    sink = bytearray(DATA[500:600])  # get_into resumes a range after the bytes it has
+    source.get_into(url, sink, offset=500, length=1000)
+    assert sink == DATA[500:1500]
 
 
 def test_stream_carries_its_local_path(backend: Backend) -> None:

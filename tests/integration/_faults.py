@@ -101,6 +101,7 @@ class FaultProxy:
         url: ``http://127.0.0.1:PORT`` to use instead of the upstream's URL.
         connections: number of connections accepted.
         requests: ``Counter`` of ``(method, path)`` seen in forwarded HTTP requests.
+        response_bytes: bytes forwarded from the upstream to clients (headers included).
     """
 
     def __init__(self, upstream: tuple[str, int] | str) -> None:
@@ -117,6 +118,7 @@ class FaultProxy:
         self._lock = threading.Lock()
         self.connections = 0
         self.requests: collections.Counter[tuple[str, str]] = collections.Counter()
+        self.response_bytes = 0
         self._stop = threading.Event()
         self._socks: set[socket.socket] = set()
         self._resetting: set[socket.socket] = set()
@@ -139,6 +141,7 @@ class FaultProxy:
             self._plans.clear()
             self.requests.clear()
             self.connections = 0
+            self.response_bytes = 0
 
     @property
     def open_connections(self) -> int:
@@ -258,6 +261,8 @@ class FaultProxy:
                     break
                 client.sendall(data)
                 sent += len(data)
+                with self._lock:
+                    self.response_bytes += len(data)
                 if isinstance(plan, Throttle):
                     ahead = sent / plan.bytes_per_second - (time.monotonic() - started)
                     if ahead > 0 and self._stop.wait(ahead):

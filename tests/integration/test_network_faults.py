@@ -238,7 +238,7 @@ def test_silent_server_fails_within_first_byte_deadline() -> None:
         with pytest.raises(TransientSourceError) as info:
             open_url(f"{silent.url}/shard.tar", storage_options=options)
         elapsed = time.monotonic() - started
-    assert 1.0 <= elapsed < 2.5, elapsed
+    assert 1.0 <= elapsed < 6.0, elapsed  # (the retry budget would allow 300 s: generous for load)
     assert silent.connections >= 3  # it retried within the budget, not just once
     assert "first_byte_deadline=1s" in str(info.value) and "timed out" in str(info.value)
 
@@ -252,7 +252,7 @@ def test_silent_s3_endpoint_fails_within_first_byte_deadline(s3_server: SeaweedS
         started = time.monotonic()
         with pytest.raises(TransientSourceError, match="first_byte_deadline"):
             open_url("s3://bucket/shard.tar", storage_options=options)
-        assert time.monotonic() - started < 2.5
+        assert time.monotonic() - started < 6.0  # (retry budget: 300 s; generous for load)
 
 
 def test_transfer_making_progress_keeps_long_retries(

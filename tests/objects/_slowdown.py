@@ -28,6 +28,7 @@ class SlowDownProxy:
         url: ``http://127.0.0.1:PORT``.
         lists: LIST requests seen.
         gets: object GETs seen (by path).
+        ranges: ``(path, Range header or None)`` of each object GET, in arrival order.
         slowdowns / cuts: faults injected.
     """
 
@@ -39,6 +40,7 @@ class SlowDownProxy:
         self.lock = threading.Lock()
         self.lists = 0
         self.gets: collections.Counter[str] = collections.Counter()
+        self.ranges: list[tuple[str, str | None]] = []
         self.slowdowns = 0
         self.cuts = 0
         self._seen = 0
@@ -86,6 +88,7 @@ class SlowDownProxy:
             if handler.command != "GET":
                 return None
             self.gets[path] += 1
+            self.ranges.append((path, handler.headers.get("Range")))
             self._seen += 1
             if self.plans:
                 return self.plans.popleft()

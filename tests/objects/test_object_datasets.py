@@ -222,6 +222,7 @@ def test_early_stop_leaves_no_thread_or_busy_connection(
 
     if engine == "threads":  # the default get_many (get_into on threads), as where epoll is missing
         monkeypatch.setattr(S3Source, "get_many", SourceBase.get_many)
+    before = set(_fetch_threads())  # (threads of other tests' datasets not yet collected)
     proxy = FaultProxy(s3_server.endpoint_url).start()
     try:
         opts = s3_server.options_for(endpoint_url=proxy.url)
@@ -230,10 +231,10 @@ def test_early_stop_leaves_no_thread_or_busy_connection(
         for _ in range(3):
             next(it)
         # the loop sends every request from this thread; the other engine has a thread per request
-        assert bool(_fetch_threads()) == (engine == "threads")
+        assert bool(set(_fetch_threads()) - before) == (engine == "threads")
         assert ds.reader.concurrency.in_flight > 0 and proxy.open_connections > 0
         it.close()  # type: ignore[attr-defined]
-        assert not _fetch_threads()
+        assert not set(_fetch_threads()) - before
         assert ds.reader.concurrency.in_flight == 0
         source: Any = ss.sources.get_source(samples40.url, opts)
         fetching = source.whole.idle.count()  # the fetch engine's client

@@ -71,7 +71,7 @@ def test_dead_owner_on_this_host_is_taken_over_at_once(tmp_path: Path) -> None:
     lock = _lock(path)
     t0 = time.monotonic()
     assert lock.acquire(timeout=5)
-    assert time.monotonic() - t0 < 0.5 and lock.takeovers == 1
+    assert time.monotonic() - t0 < 3.0 and lock.takeovers == 1  # not the 5 s timeout; generous for load
     lock.release()
 
 

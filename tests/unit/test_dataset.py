@@ -85,17 +85,24 @@ def test_webdataset_arguments_have_effects(spec: str, caplog: pytest.LogCaptureF
     [
         lambda spec: ss.WebDataset(spec, mode="bogus"),
         lambda spec: ss.WebDataset(spec, batch_size=4),
-        lambda spec: ss.WebDataset(spec, url_to_name=str),
         lambda spec: ss.WebDataset(spec, unknown_argument=1),
-        lambda spec: ss.WebDataset(spec).shuffle(10, handler=ss.warn_and_continue),
         lambda spec: ss.xdecode(defaults=False),
         lambda spec: ss.info(stream=object()),
-        lambda spec: ss.ResampledShards(spec, deterministic=False),
     ],
 )
 def test_an_argument_without_effect_raises(spec: str, make) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises((TypeError, ValueError)):
         make(spec)
+
+
+def test_arguments_webdataset_also_ignores_warn_once(spec: str, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="shardstream"):
+        for _ in range(2):
+            assert len(list(ss.WebDataset(spec).shuffle(10, handler=ss.warn_and_continue))) > 0
+            assert len(list(ss.ResampledShards(spec, nshards=3, deterministic=False))) == 3
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("shuffle(handler=...) has no effect" in m for m in messages) <= 1
+    assert sum("deterministic=False) has no effect" in m for m in messages) <= 1
 
 
 def test_worker_seed_and_silent_with_length(spec: str, caplog: pytest.LogCaptureFixture) -> None:

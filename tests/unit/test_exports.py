@@ -22,7 +22,7 @@ def test_all_is_sorted_and_complete() -> None:
             groups.append([])
         groups[-1].append(name)
     native, stages, errors, webdataset = groups  # exactly four sorted runs
-    assert {"Dataset", "ObjectStream", "SplitPolicy", "WebLoader"} <= set(native)
+    assert {"Dataset", "Mix", "ObjectStream", "SplitPolicy", "WebLoader"} <= set(native)
     assert {"Stage", "Node", "DataPipeline"} <= set(stages)
     assert all(n.endswith("Error") or n == "CacheLockTimeout" for n in errors)
     assert {"WebDataset", "shuffle", "to_tuple"} <= set(webdataset)
@@ -35,6 +35,7 @@ def test_all_is_sorted_and_complete() -> None:
         "decoders",
         "errors",
         "forks",
+        "faults",
         "loader",
         "shards",
         "sources",

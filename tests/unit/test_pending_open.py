@@ -64,7 +64,7 @@ def test_cancel_does_not_wait_for_a_slow_open_which_then_closes_its_own_stream()
     pending = PendingOpen(slow_open)
     started = time.monotonic()
     pending.cancel(wait=0.1)
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - started < 5.0  # not the open's 10 s (generous: a loaded machine)
     assert not stream.closed and not pending.done
     release.set()
     deadline = time.monotonic() + 5

@@ -42,8 +42,10 @@ def test_a_slow_map_stage_is_named_the_bottleneck(make_shards: ShardFactory) -> 
     by_name = {s["stage"].partition(":")[2]: s for s in stats["stages"]}
     assert by_name["map slow_map"]["share"] > 0.7
     assert by_name["map slow_map"]["kind"] == "map" and by_name["decode"]["kind"] == "decode"
-    # 80 sleeps of 2 ms, timed one by one (warm-up) then sampled: the estimate is close.
-    assert 0.12 < by_name["map slow_map"]["time_s"] < 0.6
+    # 80 sleeps of 2 ms, timed one by one (warm-up) then sampled: a sleep is never shorter, so
+    # only a lower bound holds on a loaded machine (no upper bound: load only adds time).
+    assert by_name["map slow_map"]["time_s"] > 0.08
+    assert by_name["map slow_map"]["time_s"] == max(s["time_s"] for s in stats["stages"])
     assert stats["samples"] == 80 and by_name["map slow_map"]["items"] == 80
 
 
@@ -57,7 +59,7 @@ def test_a_slow_training_loop_is_training_bound(make_shards: ShardFactory) -> No
     assert batches == 10
     stats = ds.stats()
     assert stats["verdict"].startswith("training-bound: "), stats["verdict"]
-    assert stats["wait_share"] < 0.1 and stats["wall_s"] >= 0.18
+    assert stats["wait_share"] < 0.3 and stats["wall_s"] >= 0.18  # (sleeps: lower bounds only)
 
 
 def test_counts_bytes_io_and_tar_are_reported(make_shards: ShardFactory, tmp_path: Path) -> None:

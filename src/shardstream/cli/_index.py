@@ -1,10 +1,17 @@
 """``shardstream index URLSPEC``: write the ``_info.json`` index of an existing dataset.
 
 Every shard is read once (in parallel, with a progress bar) for its sample count, byte size,
-samples per extension and the byte offset where each sample starts. One index is written per
+samples per extension and each sample's byte offset and size. One index is written per
 directory (or object prefix) of shards, locally or to S3, in the format ``ShardWriter`` writes
-(:mod:`shardstream.tar.index`), so ``split="equal"``, ``len()`` and ``ls`` need no counting pass.
-A shard that cannot be read completely is reported and nothing is written (exit status 1).
+(:mod:`shardstream.tar.index`, the same keys), so ``split="equal"``, ``len()``, ``ls`` and
+``ShardDataset``'s random access need no counting pass. With ``--wids``, the ``wids`` index
+(:mod:`shardstream.tar.wids_index`) of all the shards named is written too. A shard that cannot
+be read completely is reported and nothing is written (exit status 1).
+
+A sample's size is the distance to the next sample's offset; the last sample's runs to the
+shard's end-of-archive blocks, taken as the shard's last 1024 bytes (exact for shards written
+by shardstream; with tools that pad the archive further, the last range holds some padding,
+which parsing skips). Compressed shards get offsets (of the uncompressed stream) but no sizes.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ import argparse
 import json
 import sys
 from collections import defaultdict
+from typing import Any
 
 __all__ = ["DESCRIPTION", "add_arguments", "run"]
 
@@ -34,11 +42,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--no-offsets", action="store_true", help="omit per-sample offsets (a smaller index)")
     parser.add_argument("--json", action="store_true", help="print what was written as JSON")
+    parser.add_argument(
+        "--wids",
+        nargs="?",
+        const="",
+        metavar="PATH",
+        help="also write the wids index of these shards (wids.ShardListDataset's JSON) to PATH "
+        "(default: shardindex.json beside the first shard)",
+    )
     add_common(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..tar.index import IndexEntry, write_index
+    from ..tar.index import IndexEntry, sample_sizes, write_index
+    from ..tar.writer import END_OF_ARCHIVE
     from ._dataset import resolve, split_url
     from ._options import parse_options
     from ._scan import scan_many
@@ -63,6 +80,8 @@ def run(args: argparse.Namespace) -> int:
         entry["extensions"] = dict(sorted(scan.extensions.items()))
         if not args.no_offsets:
             entry["offsets"] = scan.offsets
+            if not scan.compressed:
+                entry["sizes"] = sample_sizes(scan.offsets, scan.stored_bytes - END_OF_ARCHIVE)
         by_directory[directory].append(entry)
     written = []
     for directory, entries in by_directory.items():
@@ -70,6 +89,8 @@ def run(args: argparse.Namespace) -> int:
         written.append(
             {"index": where, "shards": len(entries), "samples": sum(e["samples"] for e in entries)}
         )
+    if args.wids is not None:
+        written.append(_write_wids(args.wids, scans, options))
     if args.json:
         json.dump(written, sys.stdout, indent=1)
         sys.stdout.write("\n")
@@ -77,3 +98,26 @@ def run(args: argparse.Namespace) -> int:
         for w in written:
             sys.stdout.write(f"wrote {w['index']}: {w['shards']} shards, {w['samples']} samples\n")
     return 0
+
+
+def _write_wids(target: str, scans: list[Any], options: dict[str, Any]) -> dict[str, Any]:
+    """Write the wids index of ``scans`` (in the order named) to ``target`` or beside the first
+    shard; URLs are relative to the index's directory when the shard lies in it."""
+    from ..tar.wids_index import make_wids_index, write_wids_index
+    from ._dataset import split_url
+
+    where = target or _beside(scans[0].url, "shardindex.json")
+    base = where.rpartition("/")[0]
+    shards = []
+    for scan in scans:
+        directory, name = split_url(scan.url)
+        url = name if directory == base else scan.url
+        shards.append({"url": url, "nsamples": scan.samples, "filesize": scan.stored_bytes})
+    stem = split_url(scans[0].url)[1].partition(".")[0].rstrip("-0123456789") or "shards"
+    write_wids_index(where, make_wids_index(shards, name=stem), storage_options=options or None)
+    return {"index": where, "shards": len(shards), "samples": sum(s["nsamples"] for s in shards)}
+
+
+def _beside(url: str, name: str) -> str:
+    head, sep, _ = url.rpartition("/")
+    return f"{head}{sep}{name}"

@@ -145,7 +145,7 @@ def pack(
     """Pack ``src`` into shards under ``dst``; returns ``(written, kept, samples)``."""
     from ..objects import ObjectReader
     from ..readers.objects import open_table
-    from ..tar.index import IndexEntry, read_index_entries, write_index
+    from ..tar.index import read_index_entries, write_index
     from ..tar.writer import TarWriter
 
     if shard_size <= 2 * _BLOCK:
@@ -181,7 +181,7 @@ def pack(
                         bar.update(1)
             if local:
                 os.replace(target, name)
-            entry = IndexEntry(url=names[k], samples=len(shards[k]), bytes=sink.bytes_written)
+            entry = sink.index_entry(names[k])  # counts, bytes, each sample's offset and size
             write_index(dst, [entry], storage_options=storage_options)
             log.info("packed %s: %d samples", name, len(shards[k]))
     finally:

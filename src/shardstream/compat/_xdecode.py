@@ -89,6 +89,14 @@ class _XDecoder:
         return out
 
 
+class _XDecode(Map):
+    """``Map`` without the ``__key__`` copy: xdecode keeps exactly the sample's fields, as WebDataset's."""
+
+    def function(self, ctx: Any) -> Callable[[Any], Any]:
+        f: Callable[[Any], Any] = self.f
+        return f
+
+
 def _unpickle(stream: Any) -> Any:
     return pickle.load(stream)  # noqa: S301 - allow_pickle=True was passed
 
@@ -116,4 +124,4 @@ def xdecode(
     for pattern, f in decoders:
         if not isinstance(pattern, str) or not (f is False or callable(f)):
             raise TypeError(f"xdecode: {(pattern, f)!r} is not a (pattern, function or False) pair")
-    return Map(_XDecoder(decoders, must_decode))
+    return _XDecode(_XDecoder(decoders, must_decode))

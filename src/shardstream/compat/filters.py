@@ -1,4 +1,12 @@
-"""WebDataset-compatible ``filters`` namespace: the curried stage functions (thin re-exports)."""
+"""WebDataset-compatible ``filters`` namespace: the curried stage functions (thin re-exports).
+
+Also WebDataset's ``_``-prefixed function forms (``_batched(data, 3)``) and helpers (``pick``,
+``compose``, ...) from :mod:`._curried`, and ``LMDBCached``, deliberately not provided.
+"""
+
+from __future__ import annotations
+
+from typing import Any
 
 from ..handlers import reraise_exception
 from ..pipeline.annotate import associate, info
@@ -12,14 +20,64 @@ from ..pipeline.mapping import map, map_dict, map_tuple, select, transform_with
 from ..pipeline.sampling import rsample
 from ..pipeline.shuffle import detshuffle, shuffle
 from ..pipeline.window import slice
+from ._curried import (
+    FilterFunction,
+    RestCurried,
+    _associate,
+    _batched,
+    _decode,
+    _extract_keys,
+    _info,
+    _log_keys,
+    _map,
+    _map_dict,
+    _map_tuple,
+    _rename,
+    _rename_keys,
+    _rsample,
+    _select,
+    _shuffle,
+    _to_tuple,
+    _unbatched,
+    _unlisted,
+    _xdecode,
+    combine_values,
+    compose,
+    compose2,
+    dict2tuple,
+    find_decoder,
+    parse_field_spec,
+    pick,
+    pipeline,
+    tuple2dict,
+)
+from ._omitted import omitted
 from ._xdecode import decode_bin, decode_pickle, decode_text, default_decoders, xdecode
 from .utils import identity
 
-__all__ = [
+LMDBCached = omitted(
+    "LMDBCached",
+    "an LMDB cache of pickled samples (pickle runs code on read); use .mcached() for an in-memory "
+    "cache, or cache_dir= to keep the shards on local disk",
+)
+
+_PRIVATE = (  # WebDataset's function forms, importable by name; not in __all__
+    _associate, _batched, _decode, _extract_keys, _info, _log_keys, _map, _map_dict, _map_tuple,
+    _rename, _rename_keys, _rsample, _select, _shuffle, _to_tuple, _unbatched, _unlisted, _xdecode,
+)  # fmt: skip
+
+__all__ = [  # noqa: F822 - TorchTensor is resolved by __getattr__
     "Cached",
+    "FilterFunction",
+    "LMDBCached",
     "PipelineStage",
+    "RestCurried",
+    "TorchTensor",
     "associate",
     "batched",
+    "combine_values",
+    "compose",
+    "compose2",
     "decode",
     "decode_bin",
     "decode_pickle",
@@ -27,7 +85,9 @@ __all__ = [
     "default_collation_fn",
     "default_decoders",
     "detshuffle",
+    "dict2tuple",
     "extract_keys",
+    "find_decoder",
     "getfirst",
     "identity",
     "info",
@@ -36,6 +96,9 @@ __all__ = [
     "map",
     "map_dict",
     "map_tuple",
+    "parse_field_spec",
+    "pick",
+    "pipeline",
     "pipelinefilter",
     "rename",
     "rename_keys",
@@ -46,7 +109,16 @@ __all__ = [
     "slice",
     "to_tuple",
     "transform_with",
+    "tuple2dict",
     "unbatched",
     "unlisted",
     "xdecode",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "TorchTensor":  # torch's Tensor class, imported on first use
+        from . import pytorch
+
+        return pytorch.TorchTensor
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

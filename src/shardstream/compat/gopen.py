@@ -10,10 +10,12 @@ streams from their start (a resume skips the bytes before its offset).
 from __future__ import annotations
 
 import os
+import re
+import sys
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from typing import Any, BinaryIO
 
-from ..config import read_settings
+from ..config import gopen_rewrite, read_settings
 from ..errors import ConfigurationError
 from ..sources import (
     create_url,
@@ -26,8 +28,29 @@ from ..sources import (
     unregister_source,
 )
 from ..sources.base import ObjectInfo
+from ._omitted import omitted
+from ._security import refuse_if_enforced
 
-__all__ = ["gopen", "gopen_error", "gopen_schemes", "reader"]
+__all__ = [
+    "Pipe",
+    "gopen",
+    "gopen_ais",
+    "gopen_curl",
+    "gopen_error",
+    "gopen_file",
+    "gopen_gsutil",
+    "gopen_hf",
+    "gopen_htgs",
+    "gopen_pipe",
+    "gopen_schemes",
+    "info",
+    "reader",
+    "rewrite_url",
+    "set_options",
+]
+
+#: WebDataset's (unused) table of information about the last open.
+info: dict[str, Any] = {}
 
 #: An opener as WebDataset calls it: ``opener(url, mode, bufsize, **kw) -> stream``.
 Opener = Callable[..., BinaryIO]
@@ -155,6 +178,14 @@ def gopen(
     need ``allow_pipe=True`` (or ``SHARDSTREAM_ALLOW_PIPE=1``); ``storage_options=`` passes
     source options.
     """
+    if url == "-":  # WebDataset: standard input / output
+        if mode not in ("rb", "wb"):
+            raise ValueError(f"unknown mode {mode}")
+        return sys.stdin.buffer if mode == "rb" else sys.stdout.buffer
+    if scheme_of(url) == "file":
+        refuse_if_enforced("gopen: unsafe_gopen is False, cannot open local files")
+    if scheme_of(url) == "pipe":
+        refuse_if_enforced("gopen_pipe: unsafe_gopen is False, cannot open pipe URLs")
     opener = _OPENERS.get(scheme_of(url))
     if opener is not None:
         return opener(url, mode, bufsize, **kw)
@@ -176,3 +207,58 @@ def gopen(
 def reader(url: str, **kw: Any) -> BinaryIO:
     """``gopen(url, "rb", **kw)`` (WebDataset's ``gopen.reader``)."""
     return gopen(url, "rb", **kw)
+
+
+def gopen_file(url: str, mode: str = "rb", bufsize: int = 8192) -> BinaryIO:
+    """A local path or ``file:`` URL (WebDataset's opener)."""
+    return gopen(re.sub(r"^file://?", "/", url) if url.startswith("file:") else url, mode)
+
+
+def gopen_pipe(url: str, mode: str = "rb", bufsize: int = 8192, *, allow_pipe: bool = False) -> BinaryIO:
+    """A ``pipe:`` URL: runs its shell command, so only with ``allow_pipe=True`` or
+    ``SHARDSTREAM_ALLOW_PIPE=1``."""
+    if not url.startswith("pipe:"):
+        raise ValueError(f"gopen_pipe needs a pipe: URL, got {url!r}")
+    return gopen(url, mode, allow_pipe=allow_pipe)
+
+
+def gopen_curl(url: str, mode: str = "rb", bufsize: int = 8192) -> BinaryIO:
+    """An ``http(s)://`` URL, read through shardstream's HTTP source (no ``curl`` child)."""
+    if not mode.startswith("r"):
+        raise ValueError(f"{mode}: gopen_curl can only read here; write with gopen(url, 'wb')")
+    return gopen(url, mode)
+
+
+def gopen_htgs(url: str, mode: str = "rb", bufsize: int = 8192) -> BinaryIO:
+    """An ``htgs://`` URL read as ``https://`` (WebDataset's opener)."""
+    return gopen_curl(re.sub(r"(?i)^htgs://", "https://", url), mode)
+
+
+_COMMANDS = "it runs an external command (curl with a token, gsutil, ais) as a pipe"
+gopen_hf = omitted("gopen_hf", _COMMANDS + "; read https://huggingface.co/... URLs directly")
+gopen_gsutil = omitted("gopen_gsutil", _COMMANDS + "; use pipe:gsutil cat ... with allow_pipe=True")
+gopen_ais = omitted("gopen_ais", _COMMANDS + "; use pipe:ais get ... - with allow_pipe=True")
+Pipe = omitted(
+    "Pipe", "shardstream runs pipe: commands itself (opt-in: allow_pipe=True); open them with gopen()"
+)
+
+
+def set_options(
+    obj: Any, timeout: Any = None, ignore_errors: Any = None, ignore_status: Any = None, handler: Any = None
+) -> bool:
+    """WebDataset sets options on its ``Pipe`` streams; shardstream has none: always False."""
+    return False
+
+
+def rewrite_url(url: str) -> str:
+    """``url`` rewritten by the first matching rule of ``GOPEN_REWRITE`` (``"from=to;from2=to2"``)."""
+    rules = gopen_rewrite()
+    if rules is None:
+        return url
+    refuse_if_enforced("rewrite_url: unsafe_gopen is False, cannot rewrite URLs using environment variables")
+    for rule in rules.split(";"):
+        prefix, replacement = rule.split("=", 1)
+        rewritten = re.sub("^" + prefix, replacement, url)
+        if rewritten != url:
+            return rewritten
+    return url

@@ -7,10 +7,17 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["DataLoader", "IterableDataset"]  # noqa: F822 - resolved by __getattr__
+__all__ = ["DataLoader", "IterableDataset", "TorchTensor"]  # noqa: F822 - resolved by __getattr__
 
 
 def __getattr__(name: str) -> Any:
+    if name == "TorchTensor":  # ``torch.Tensor``
+        from ..pipeline.iterable import require_torch
+
+        require_torch("shardstream.pytorch.TorchTensor")
+        import torch
+
+        return torch.Tensor
     if name in __all__:
         from ..pipeline.iterable import require_torch
 

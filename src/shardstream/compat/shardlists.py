@@ -1,10 +1,20 @@
-"""WebDataset-compatible ``shardlists`` namespace (thin re-exports)."""
+"""WebDataset-compatible ``shardlists`` namespace (thin re-exports).
+
+``DirectoryShardList`` (shards claimed from a directory by concurrent readers) is in
+:mod:`.directory_shards`; ``MultiShardSample`` (YAML mixtures, obsolete in WebDataset) is not
+provided and raises.
+"""
 
 from __future__ import annotations
 
 import itertools
+import os
+import random
+import sys
+from collections.abc import Iterable, Iterator
 from typing import Any
 
+from ..pipeline.base import pipelinefilter
 from ..pipeline.sampling import resampled
 from ..readers.empty import non_empty
 from ..readers.shardlists import (
@@ -17,8 +27,41 @@ from ..readers.shardlists import (
 )
 from ..shards.spec import expand_urls
 from ..shards.spec import expand_variables as envsubst
+from ._omitted import omitted
+from .directory_shards import (
+    DirectoryShardList,
+    check_pid_is_running,
+    get_pid_from_filename,
+    without_last_extension,
+)
+from .utils import is_iterable, obsolete
+
+#: WebDataset's module-level generator (used by its MultiShardSample).
+default_rng = random.Random()
+
+_MIXTURES = "its YAML dataset mixtures (obsolete in WebDataset itself); use shardstream.Mix or RandomMix"
+MultiShardSample = omitted("MultiShardSample", _MIXTURES)
+MSSource = omitted("MSSource", _MIXTURES)
 
 ResampledShardList = ResampledShards
+
+
+def expand(s: str) -> str:
+    """``~`` and ``$VARS`` expanded in ``s``."""
+    return os.path.expanduser(os.path.expandvars(s))
+
+
+def envlookup(m: Any) -> str:
+    """``WDS_<name>`` for a regular-expression match of ``${name}`` (WebDataset's helper)."""
+    return envsubst("${" + m.group(1) + "}")
+
+
+def resampled_(src: Iterable[Any], n: int = sys.maxsize) -> Iterator[Any]:
+    """``n`` items drawn with replacement from ``src`` (WebDataset's function; seeded from the OS)."""
+    rng = random.Random(os.urandom(20))
+    items = list(src)
+    for _ in range(n):
+        yield rng.choice(items)
 
 
 def expand_source(source: Any, max_urls: int = int(1e9)) -> list[str]:
@@ -32,17 +75,39 @@ def expand_source(source: Any, max_urls: int = int(1e9)) -> list[str]:
     return list(itertools.islice(source, max_urls))
 
 
-__all__ = [
+__all__ = [  # noqa: F822 - IterableDataset: resolved by __getattr__
+    "DirectoryShardList",
+    "IterableDataset",
+    "MSSource",
+    "MultiShardSample",
     "ResampledShardList",
     "ResampledShards",
     "SimpleShardList",
+    "check_pid_is_running",
+    "default_rng",
+    "envlookup",
     "envsubst",
+    "expand",
     "expand_source",
     "expand_urls",
+    "get_pid_from_filename",
+    "is_iterable",
     "non_empty",
+    "obsolete",
+    "pipelinefilter",
     "resampled",
+    "resampled_",
     "shardspec",
     "single_node_only",
     "split_by_node",
     "split_by_worker",
+    "without_last_extension",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "IterableDataset":
+        from . import pytorch
+
+        return pytorch.IterableDataset
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -7,6 +7,7 @@ for code that composes them by hand; the fast path is the reading stage,
 
 from __future__ import annotations
 
+import random
 import re
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 from ..config import read_settings
 from ..handlers import Handler, reraise_exception
 from ..readers.read_shards import ReadShards
+from ..shards.spec import expand_urls
 from ..sources import SchemeRouter, open_url
 from ..tar.grouping import group_samples, split_key
 from ..tar.reader import iter_members
@@ -21,14 +23,34 @@ from ..tar.samples import TarFormat
 
 __all__ = [
     "base_plus_ext",
+    "meta_prefix",
+    "meta_suffix",
+    "shardlist",
     "group_by_keys",
     "tar_file_expander",
     "tar_file_iterator",
     "tarfile_samples",
     "tarfile_to_samples",
+    "trace",
     "url_opener",
     "valid_sample",
 ]
+
+
+#: WebDataset's debugging switch (unused: shardstream logs instead).
+trace = False
+#: WebDataset's markers of metadata member names (``__name__``).
+meta_prefix = "__"
+meta_suffix = "__"
+
+
+def shardlist(urls: str | Iterable[str], *, shuffle: bool = False) -> Iterator[dict[str, str]]:
+    """``{"url": ...}`` for each URL of a spec or list, optionally shuffled (unseeded, as WebDataset)."""
+    expanded = expand_urls(urls) if isinstance(urls, str) else list(urls)
+    if shuffle:
+        random.shuffle(expanded)
+    for url in expanded:
+        yield {"url": url}
 
 
 def base_plus_ext(path: str) -> tuple[str | None, str | None]:
@@ -62,15 +84,21 @@ def tar_file_iterator(
     handler: Handler = reraise_exception,
     select_files: Callable[[str], bool] | None = None,
     rename_files: Callable[[str], str] | None = None,
+    *,
+    url: str | None = None,
 ) -> Iterator[dict[str, Any]]:
     """``{"fname", "data"}`` for each regular member of an open tar stream.
 
     ``skip_meta``: a regular expression (or compiled pattern); members whose name matches are
     skipped (WebDataset's ``__..__`` metadata convention, say ``r"__[^/]*__($|/)"``).
+    ``url``: the shard's URL, named by errors (default: the stream's ``name``, else ``<stream>``).
     """
     meta = re.compile(skip_meta) if isinstance(skip_meta, str) else skip_meta
+    if url is None:
+        name = getattr(fileobj, "name", None)
+        url = name if isinstance(name, str) else "<stream>"
     try:
-        for name, data, _offset in iter_members(fileobj):
+        for name, data, _offset in iter_members(fileobj, url):
             if meta is not None and meta.match(name):
                 continue
             if rename_files is not None:
@@ -96,7 +124,7 @@ def tar_file_expander(
         stream = source["stream"]
         try:
             for item in tar_file_iterator(
-                stream, handler=handler, select_files=select_files, rename_files=rename_files
+                stream, handler=handler, select_files=select_files, rename_files=rename_files, url=url
             ):
                 item["__url__"] = url
                 yield item

@@ -36,7 +36,10 @@ class WebDataset(Dataset):
     """Stream samples from WebDataset shards, with WebDataset 1.0.2's constructor.
 
     The arguments are translated onto :class:`shardstream.Dataset` (see the README for where the
-    behaviour deliberately differs). Every argument has an effect; none is silently ignored.
+    behaviour deliberately differs). None is silently ignored: one that has no effect in the
+    given configuration (``url_to_name=`` or ``cache_size=`` without a cache directory,
+    ``detshuffle=True`` without ``shardshuffle``) is accepted, as WebDataset accepts it, with a
+    warning naming it (logged once per process and argument).
 
     Args:
         urls: a spec (``"data-{000000..000099}.tar"``, ``::``-joined specs) or a list of URLs.
@@ -143,6 +146,8 @@ class WebDataset(Dataset):
                 worker_splitter=workersplitter,
             )
             shuffle_shards = shuffled and not detshuffle
+            if detshuffle and not shuffled:
+                warn_unused("detshuffle=True", "it shuffles shards only with shardshuffle= set")
         super().__init__(
             urls,
             split=policy,
@@ -188,9 +193,22 @@ def _cache_policy(
     size = env.size if isinstance(cache_size, Unset) else cache_size
     if directory is None:
         if url_to_name is not None:
-            raise ConfigurationError("url_to_name= names cache entries; pass cache_dir= too")
+            warn_unused("url_to_name=", "it names cache entries, and there is no cache (pass cache_dir=)")
+        if not isinstance(cache_size, Unset) and cache_size is not None:
+            warn_unused("cache_size=", "it limits the cache, and there is no cache (pass cache_dir=)")
         return None
     return CachePolicy(directory, size, url_to_name)
+
+
+#: The arguments already warned about in this process (warn_unused).
+WARNED: set[str] = set()
+
+
+def warn_unused(argument: str, why: str) -> None:
+    """Log once per process that ``argument`` has no effect here, and why."""
+    if argument not in WARNED:
+        WARNED.add(argument)
+        log.warning("WebDataset(%s) has no effect: %s; it is ignored", argument, why)
 
 
 def check_empty(src: Any) -> Iterator[Any]:

@@ -1,7 +1,43 @@
-"""WebDataset-compatible ``writer`` namespace (thin re-exports)."""
+"""WebDataset-compatible ``writer`` namespace (thin re-exports).
 
-from ..tar.encoders import imageencoder, make_handlers, numpy_dumps, torch_dumps
+``default_handlers`` and ``make_handlers()`` leave out the pickle extensions (``pyd``,
+``pickle``): a writer writes them only with ``allow_pickle=True``.
+"""
+
+from ..tar.encoders import (
+    add_handlers,
+    bytestr,
+    cbor_dumps,
+    default_handlers,
+    encode_based_on_extension,
+    encode_based_on_extension1,
+    imageencoder,
+    make_encoder,
+    make_handlers,
+    mp_dumps,
+    numpy_dumps,
+    numpy_npz_dumps,
+    tenbin_dumps,
+    torch_dumps,
+)
 from ..tar.sharded_writer import ShardWriter
 from ..tar.writer import TarWriter
 
-__all__ = ["ShardWriter", "TarWriter", "imageencoder", "make_handlers", "numpy_dumps", "torch_dumps"]
+__all__ = [
+    "ShardWriter",
+    "TarWriter",
+    "add_handlers",
+    "bytestr",
+    "cbor_dumps",
+    "default_handlers",
+    "encode_based_on_extension",
+    "encode_based_on_extension1",
+    "imageencoder",
+    "make_encoder",
+    "make_handlers",
+    "mp_dumps",
+    "numpy_dumps",
+    "numpy_npz_dumps",
+    "tenbin_dumps",
+    "torch_dumps",
+]

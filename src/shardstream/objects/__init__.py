@@ -2,7 +2,8 @@
 
 A prefix of objects (``s3://bucket/train/000017.jpg``, ``000017.cls``, ...) is listed once into
 a :class:`Manifest`, grouped into samples by the tar members' key rules (:class:`SampleTable`),
-and read by an :class:`ObjectReader` that keeps many requests in flight (:mod:`.fetch_loop`).
+and read by an :class:`ObjectReader` that keeps many requests in flight (:mod:`.fetch_loop`);
+the same engine reads batches of byte ranges (:class:`RangeFetcher`).
 The datasets built on it are :class:`shardstream.ObjectDataset` and
 :class:`shardstream.ObjectStream`.
 """
@@ -10,6 +11,7 @@ The datasets built on it are :class:`shardstream.ObjectDataset` and
 from ._listing import load_manifest
 from .fetch import DEFAULT_MAX_BYTES, DEFAULT_WINDOW, FetchAhead
 from .manifest import MANIFEST_NAME, Manifest, prefix_url, read_manifest_file
+from .ranges import RangeFetcher
 from .reader import ObjectReader
 from .samples import SampleTable
 
@@ -20,6 +22,7 @@ __all__ = [
     "FetchAhead",
     "Manifest",
     "ObjectReader",
+    "RangeFetcher",
     "SampleTable",
     "load_manifest",
     "prefix_url",

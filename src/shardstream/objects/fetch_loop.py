@@ -1,13 +1,16 @@
-"""The fetch-ahead engine for single objects on one thread, over a source's ``get_many`` session.
+"""The fetch-ahead engine for objects and byte ranges on one thread, over a source's ``get_many`` session.
 
-Same contract as :class:`~.fetch.FetchAhead` (samples in sampler order, up to ``window`` ahead
-and ``max_bytes`` fetched but not consumed, delivered in order or as they complete, a failed
-sample delivered as its exception). The consumer's own thread submits each object to the
-source's :class:`~shardstream.sources.ManyGets` session and takes the outcomes it reports: for
-S3 that session is one ``epoll`` loop (no thread woken per GET, which is what a window of
-threads pays for; both are measured in ``benchmarks/results/bench_objects.md``), for other
-sources ``get_into`` on threads. The loop never sees a request or a status: only the outcome
-kinds of :mod:`shardstream.sources.many`.
+What it fetches is a :class:`Jobs` table: job ``i`` is a dict to fill and its parts, each a
+field name and a :data:`Request` ``(url, offset, length)``: a whole object (``(url, 0, None)``,
+a sample of :class:`~.samples.SampleTable`) or a byte range (a run of tar samples of
+``shardstream.ShardDataset``). Same contract as :class:`~.fetch.FetchAhead` (jobs in sampler
+order, up to ``window`` ahead and ``max_bytes`` fetched but not consumed, delivered in order or
+as they complete, a failed job delivered as its exception). The consumer's own thread submits
+each request to the source's :class:`~shardstream.sources.ManyGets` session and takes the
+outcomes it reports: for S3 that session is one ``epoll`` loop (no thread woken per GET, which
+is what a window of threads pays for; both are measured in
+``benchmarks/results/bench_objects.md``), for other sources ``get_into`` on threads. The loop
+never sees a wire request or a status: only the outcome kinds of :mod:`shardstream.sources.many`.
 
 Requests in flight pass the AIMD gate (:class:`~._aimd.Concurrency`), which stays here rather
 than in the source: it bounds one consumer's window, is shared with the helper threads and the
@@ -39,17 +42,17 @@ import collections
 import queue
 import threading
 import time
-from collections.abc import Generator, Iterable
+from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
+from ..faults import FAULTS
 from ..forks import GatedExecutor
 from ..sources import FAILED, OK, THROTTLED, ManyGets, Outcome
 from ._aimd import Concurrency
 from ._get import ObjectGetter
-from .samples import SampleTable
 
-__all__ = ["DEFAULT_GATHER", "FetchRun", "loop_fetch"]
+__all__ = ["DEFAULT_GATHER", "FetchRun", "Jobs", "Request", "loop_fetch"]
 
 #: Helper threads for objects that need the blocking path (errors, throttling, odd answers).
 HELPERS = 4
@@ -61,12 +64,27 @@ GATHER_SHARE = 1 / 8
 DEFAULT_GATHER = 0.002
 
 
+#: One GET: bytes ``[offset, offset + length)`` of ``url`` (to its end when ``length`` is ``None``;
+#: ``(url, 0, None)`` is the whole object).
+Request = tuple[str, int, int | None]
+
+
+class Jobs(Protocol):
+    """What :func:`loop_fetch` fetches, by job number."""
+
+    def job(self, i: int) -> tuple[dict[str, Any], Sequence[tuple[str, Request]], int]:
+        """``(head, parts, nbytes)`` of job ``i``: the dict its parts' bytes are stored in (under
+        their field names), its parts ``(field, request)`` (at least one), and its expected size
+        in bytes (for ``max_bytes``; 0 when unknown)."""
+        ...
+
+
 @dataclass(frozen=True)
 class FetchRun:
     """What one run of :func:`loop_fetch` fetches, and within which bounds.
 
     Attributes:
-        table: the samples and their objects.
+        table: the jobs (samples and their objects, or runs of byte ranges).
         getter: the blocking path for faults (retries, resume, backoff).
         gate: requests in flight, shared with ``getter`` (AIMD on throttling).
         stop: set when the consumer stops: helper backoffs end.
@@ -76,7 +94,7 @@ class FetchRun:
         gather: the longest pause before a wait under load, in seconds (0: none).
     """
 
-    table: SampleTable
+    table: Jobs
     getter: ObjectGetter
     gate: Concurrency
     stop: threading.Event
@@ -102,13 +120,9 @@ def loop_fetch(
 ) -> Generator[tuple[int, dict[str, Any] | BaseException], None, None]:
     """``(i, sample or error)`` for ``indices``, fetched ahead on this thread through ``gets``
     (see the module doc); ``gets`` is paused at the end of the run, or closed when it stops early."""
-    table = run.table
-    manifest = table.manifest
-    root, keys, sizes = manifest.root, manifest.keys, manifest.sizes
-    fields, names = table.fields, table.keys
+    job = run.table.job
     getter, gate, stop = run.getter, run.gate, run.stop
     window, max_bytes, ordered = run.window, run.max_bytes, run.ordered
-    nbytes = table.nbytes
     gather = run.gather
     latency = 0.0  # moving average of a request's time to its whole answer (seconds)
     sleep, monotonic = time.sleep, time.monotonic
@@ -116,7 +130,7 @@ def loop_fetch(
     stop.clear()
     helped: queue.SimpleQueue[tuple[_Sample, str, Any, BaseException | None]] = queue.SimpleQueue()
     helpers: GatedExecutor | None = None
-    waiting: collections.deque[tuple[_Sample, str, int]] = collections.deque()  # objects not sent
+    waiting: collections.deque[tuple[_Sample, str, Request]] = collections.deque()  # parts not sent
     pending: collections.deque[_Sample] = collections.deque()  # samples not delivered (ordered)
     ready: collections.deque[_Sample] = collections.deque()  # complete, not delivered (unordered)
     todo = iter(indices)
@@ -125,10 +139,11 @@ def loop_fetch(
     fast = 0  # requests in flight in the session (each holds a slot of the gate)
     finished = False
 
-    def help_with(record: _Sample, ext: str, j: int) -> None:
+    def help_with(record: _Sample, ext: str, request: Request) -> None:
         def run() -> None:
+            url, offset, length = request
             try:
-                result = getter.get(root + keys[j], sizes[j])
+                result = getter.get(url, offset=offset, length=length)
             except BaseException as exc:  # delivered in the sample's place, as FetchAhead does
                 helped.put((record, ext, None, exc))
             else:
@@ -152,7 +167,7 @@ def loop_fetch(
 
     def fault(outcome: Outcome) -> None:
         """An outcome that is not OK: deliver a final error, retry anything else on a helper."""
-        record, ext, j = outcome.token
+        record, ext, request = outcome.token
         gate.release(ok=False)
         if outcome.kind == FAILED:
             finish(record, ext, None, outcome.error)
@@ -160,7 +175,8 @@ def loop_fetch(
         if outcome.kind == THROTTLED:
             gate.throttled()
         getter.retries += 1
-        help_with(record, ext, j)
+        FAULTS.retry(throttled=outcome.kind == THROTTLED)  # the helper's first attempt is a retry
+        help_with(record, ext, request)
 
     try:
         while True:
@@ -170,21 +186,25 @@ def loop_fetch(
                 if i is None:
                     exhausted = True
                     break
-                parts = fields[i]
-                record = _Sample(i, {"__key__": names[i], "__url__": root}, len(parts), nbytes(i))
+                head, parts, size = job(i)
+                record = _Sample(i, head, len(parts), size)
                 count += 1
-                held += record.size
+                held += size
                 if ordered:
                     pending.append(record)
-                for ext, j in parts:
-                    waiting.append((record, ext, j))
+                for ext, request in parts:
+                    waiting.append((record, ext, request))
             # send what the gate lets through
             while waiting and gate.try_acquire():
-                record, ext, j = waiting.popleft()
+                part = waiting.popleft()
+                url, offset, length = part[2]
                 getter.requests += 1
-                failed = gets.submit((record, ext, j), root + keys[j])
+                failed = gets.submit(part, url, offset, length)
                 if failed is None:
                     fast += 1
+                elif failed.kind == OK:  # (answered at once: an empty range)
+                    gate.release(ok=True)
+                    finish(part[0], part[1], failed.body, None)
                 else:
                     fault(failed)
             # deliver what is complete

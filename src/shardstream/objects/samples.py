@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import ConfigurationError, redact_url
 from ..tar.grouping import split_key
@@ -73,6 +74,14 @@ class SampleTable:
             if size > 0:
                 total += size
         return total
+
+    def job(self, i: int) -> tuple[dict[str, Any], tuple[tuple[str, tuple[str, int, None]], ...], int]:
+        """Sample ``i`` as the fetch loop takes it (:class:`~.fetch_loop.Jobs`): its dict with
+        ``__key__`` and ``__url__``, one whole-object request per field, and its bytes."""
+        manifest = self.manifest
+        root, keys = manifest.root, manifest.keys
+        parts = tuple([(ext, (root + keys[j], 0, None)) for ext, j in self.fields[i]])
+        return {"__key__": self.keys[i], "__url__": root}, parts, self.nbytes(i)
 
     def __repr__(self) -> str:
         return f"SampleTable(root={redact_url(self.manifest.root)!r}, samples={len(self.keys)})"

@@ -33,11 +33,12 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 import random
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 from ..errors import StateError
 from ..handlers import Handler
@@ -65,6 +66,8 @@ __all__ = [
 ]
 
 StateDict = dict[str, Any]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -267,7 +270,24 @@ class Stage:
         return self.label or type(self).__name__.lstrip("_")
 
     def build(self, upstream: Node | None, ctx: RunContext, state: StateDict | None = None) -> Node:
-        raise NotImplementedError(f"{type(self).__name__} must implement build(upstream, ctx, state)")
+        if not isinstance(self, _WebDatasetStage):
+            raise NotImplementedError(
+                f"{type(self).__name__} must implement build(upstream, ctx, state) (or, as a "
+                "WebDataset PipelineStage, run(self, src))"
+            )
+        # A WebDataset PipelineStage: a generator over the upstream, whose state nobody can save.
+        # The pipeline then saves the number of items yielded and replays the epoch on restore.
+        name = type(self).__qualname__
+        if name not in _UNSAVED_WARNED:
+            _UNSAVED_WARNED.add(name)
+            log.warning(
+                "stage %s implements WebDataset's run(src), not build(upstream, ctx, state): its state "
+                "cannot be saved, so state_dict() records the items yielded and a restore replays the "
+                "epoch up to there (exact only if %s yields the same items again, e.g. seeded by epoch)",
+                name,
+                name,
+            )
+        return _FunctionNode(iter(self.run(upstream if upstream is not None else ())), upstream)
 
     def __call__(self, src: Iterable[Any]) -> Iterator[Any]:
         upstream = src if isinstance(src, Node) else IterNode(src)
@@ -284,8 +304,17 @@ class Stage:
         """Release resources the configuration holds (running nodes are closed by the pipeline)."""
 
 
+@runtime_checkable
+class _WebDatasetStage(Protocol):
+    """A stage written for WebDataset: it overrides ``run(src)`` (a generator over the upstream)."""
+
+    def run(self, src: Iterable[Any]) -> Iterator[Any]: ...
+
+
 # WebDataset name for the stage base class.
 PipelineStage = Stage
+#: Stage classes whose unsaved state was already logged (once per class and process).
+_UNSAVED_WARNED: set[str] = set()
 
 
 class _MapNode(Node):

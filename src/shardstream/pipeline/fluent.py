@@ -16,7 +16,7 @@ from . import batch, fields, log_keys, sampling, window
 from . import mapping as map_stages
 from .decode import Decode
 from .pipeline import DataPipeline
-from .shuffle import Shuffle
+from .shuffle import shuffle
 
 __all__ = ["FluidInterface", "FluidWrapper"]
 
@@ -56,14 +56,12 @@ class FluidInterface:
     ) -> Self:
         """Buffered sample shuffle (see :class:`~shardstream.pipeline.shuffle.Shuffle`).
 
-        ``handler`` exists for WebDataset signatures only: shuffling raises nothing, so any
-        value but ``None`` is refused rather than ignored.
+        ``handler`` exists for WebDataset signatures only: shuffling raises nothing, so a value
+        but ``None`` logs a warning once and is ignored.
         """
-        if handler is not None:
-            raise TypeError("shuffle(handler=...) has no effect (shuffling raises nothing); drop it")
         if size < 1:
             return self
-        return self.compose(Shuffle(size, initial, rng=rng, seed=seed))
+        return self.compose(shuffle(size, initial, rng=rng, seed=seed, handler=handler))
 
     def map(self: Self, f: Callable[[Any], Any], handler: Handler = reraise_exception) -> Self:
         return self.compose(map_stages.map(f, handler=handler))

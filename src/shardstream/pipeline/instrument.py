@@ -18,7 +18,7 @@ from ..telemetry.report import summarize
 from ._epochs import EpochOwner
 from .base import MapStage, Node, _MapNode
 from .labels import skip_counters, stage_kind, stage_label, stage_stats
-from .seams import ReadsSource
+from .seams import CountsIO, ReadsSource
 
 __all__ = ["consumer", "instrument", "pipeline_stats"]
 
@@ -43,6 +43,8 @@ def instrument(rec: Recorder, node: Node, stage: Any) -> None:
         return
     if kind == "read" and isinstance(node, ReadsSource):
         rec.watch(node.read_through(lambda source: TimedSource(source, rec)))
+    elif kind == "read" and isinstance(node, CountsIO):
+        node.count_io(rec)
     rec.layer = (node, slot, node._it, [])
     node._it = clocked(node._it, slot, rec)
 

@@ -66,6 +66,30 @@ def close_iterator(it: object) -> None:
         close()
 
 
+class _PutBack(Node):
+    """The last node of a checked restore, with the item already read from it put back in front
+    (state, positions and closing are the node's own: the item was its last one yielded)."""
+
+    def __init__(self, node: Node, item: Any) -> None:
+        super().__init__(node.upstream)
+        self.node = node
+        self.stateful = node.stateful
+        self.tell = node.tell
+        self._it = itertools.chain((item,), node)
+
+    def state_dict(self) -> StateDict:
+        return self.node.state_dict()
+
+    def item_at(self, token: Any) -> Any:
+        return self.node.item_at(token)
+
+    def items_at(self, tokens: list[Any]) -> list[Any]:
+        return self.node.items_at(tokens)
+
+    def close(self) -> None:
+        close_iterator(self.node)
+
+
 def _nothing() -> Iterator[Any]:
     """An empty pass (a generator: it can be closed and weakly referenced like the others)."""
     yield from ()
@@ -118,6 +142,7 @@ class DataPipeline(EpochOwner, IterableDatasetBase):  # type: ignore[type-arg]
         self._role: tuple[int, int] | None = None  # (epoch, worker index it stands in for)
         self._running: weakref.WeakSet[Iterator[Any]] = weakref.WeakSet()
         self._threads: Threads | None = None  # per-sample stages on these threads (a loader's)
+        self._if_changed = "raise"  # see if_shards_changed()
         for arg in args:
             if arg is None:
                 continue
@@ -169,6 +194,8 @@ class DataPipeline(EpochOwner, IterableDatasetBase):  # type: ignore[type-arg]
         if self._threads is not None:
             ctx = dataclasses.replace(ctx, threads=self._threads)
         nodes = live.nodes = self._build_nodes(None, ctx, states)
+        if states is not None and self._if_changed == "restart":
+            nodes = live.nodes = self._checked_restore(nodes, ctx, epoch)
         if recorder:
             consumer(recorder, nodes[-1])
         live.stateful = all(n.stateful for n in nodes)
@@ -188,6 +215,30 @@ class DataPipeline(EpochOwner, IterableDatasetBase):  # type: ignore[type-arg]
         finally:
             for node in reversed(nodes):
                 close_iterator(node)
+
+    def _checked_restore(self, nodes: list[Node], ctx: RunContext, epoch: int) -> list[Node]:
+        """Restored nodes whose first item is already read (put back in front), or, when the
+        saved position no longer fits the shards (a StateError), fresh nodes for the whole epoch."""
+        try:
+            head = list(itertools.islice(nodes[-1], 1))
+        except StateError as exc:
+            log.warning("epoch %d restarts from its beginning (if_shards_changed='restart'): %s", epoch, exc)
+            for node in reversed(nodes):
+                close_iterator(node)
+            return self._build_nodes(None, ctx, None)
+        if head:
+            nodes[-1] = _PutBack(nodes[-1], head[0])
+        return nodes
+
+    def if_shards_changed(self, policy: str) -> DataPipeline:
+        """What a restore does when the shard it resumes in was rewritten since the state was
+        saved (or its saved positions no longer fit the shards): ``"raise"`` (the default) a
+        :class:`~shardstream.errors.StateError` naming the shard; ``"restart"``: log a warning
+        and read the saved epoch from its beginning. Returns this pipeline."""
+        if policy not in ("raise", "restart"):
+            raise ValueError(f"if_shards_changed({policy!r}): use 'raise' or 'restart'")
+        self._if_changed = policy
+        return self
 
     def _start(self) -> tuple[int, list[StateDict] | None, int]:
         """The epoch, node states and replay count the next pass starts from."""

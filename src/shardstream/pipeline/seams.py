@@ -13,10 +13,11 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from ..sources import Source
+    from ..telemetry.io import IoCounters
     from .base import RunContext, StateDict
     from .parallel import Threads
 
-__all__ = ["LoaderDataset", "ReadsSource", "Stateful", "finished_epoch", "worker_restore"]
+__all__ = ["CountsIO", "LoaderDataset", "ReadsSource", "Stateful", "finished_epoch", "worker_restore"]
 
 
 @runtime_checkable
@@ -79,6 +80,15 @@ class ReadsSource(Protocol):
         """Read through ``wrap(source)`` from now on (in a copy of the stage: the user's stage is
         untouched); returns the source it read through before."""
         ...
+
+
+@runtime_checkable
+class CountsIO(Protocol):
+    """A reading node that fetches its bytes itself (the object fetch engine), not through a
+    source's streams: telemetry hands it the recorder's I/O counters before the node starts, and
+    the node adds its time waiting for bytes, the bytes and the requests (opens)."""
+
+    def count_io(self, counters: IoCounters) -> None: ...
 
 
 def finished_epoch(state: StateDict | None, epoch: int) -> bool:

@@ -9,6 +9,7 @@ the random stream is fast-forwarded: draws come in blocks of 65,536 each seeded 
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Iterator
 from typing import Any
@@ -160,6 +161,10 @@ class Shuffle(Stage):
         return _ShuffleNode(self, upstream, ctx, state)
 
 
+log = logging.getLogger(__name__)
+_HANDLER_WARNED: list[bool] = []  # shuffle(handler=) warned about in this process
+
+
 def shuffle(
     bufsize: int = 1000,
     initial: int = 100,
@@ -169,11 +174,12 @@ def shuffle(
 ) -> Shuffle:
     """WebDataset-compatible factory: ``wds.shuffle(1000)``.
 
-    ``handler`` is WebDataset's (it has no effect there either: shuffling raises nothing); any
-    other value than ``None`` is refused so that no argument is silently ignored.
+    ``handler`` is WebDataset's (it has no effect there either: shuffling raises nothing); a
+    value other than ``None`` logs a warning once, so that no argument is silently ignored.
     """
-    if handler is not None:
-        raise TypeError("shuffle(handler=...) has no effect (shuffling raises nothing); drop the argument")
+    if handler is not None and not _HANDLER_WARNED:
+        _HANDLER_WARNED.append(True)
+        log.warning("shuffle(handler=...) has no effect (shuffling raises nothing); it is ignored")
     return Shuffle(bufsize, initial, rng=rng, seed=seed)
 
 

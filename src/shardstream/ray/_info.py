@@ -18,7 +18,7 @@ class ShardSetInfo:
         dst: the directory or URL prefix the shards were written under.
         index_url: the URL of the index written next to them.
         shards: one index entry per shard (``url`` is the basename; ``samples``, ``bytes``,
-            ``offsets``).
+            ``offsets`` and ``sizes`` of every sample).
     """
 
     dst: str
@@ -52,7 +52,7 @@ class ShardSetInfo:
         return f"{stem}-{{{number}..{last_number}}}.tar"
 
     def as_dict(self) -> dict[str, Any]:
-        """Plain data for ``--json`` output (offsets left out)."""
+        """Plain data for ``--json`` output (offsets and sizes left out)."""
         return {
             "dst": self.dst,
             "index": self.index_url,

@@ -8,7 +8,8 @@ Three steps, each a Ray Data operation:
 2. *Plan* (driver): keys and sizes only (about 100 bytes per sample) come to the driver, which
    cuts the key-sorted samples into shards of at most ``shard_size`` (:mod:`._plan`).
 3. *Write* (``groupby("shard").map_groups``): each group is one shard, written in key order
-   by one task straight to its final URL; the driver then writes ``_info.json``.
+   by one task straight to its final URL; the driver then writes ``_info.json``, with each
+   sample's offset and size (so ``ShardDataset`` reads the shards at random with no extra pass).
 
 Rejected: Ray's ``write_webdataset`` (bounds shards by rows, names them by UUID and task, writes
 no index); cutting shards per block as blocks arrive (sizes and names would depend on block
@@ -27,12 +28,13 @@ from typing import Any
 from ..config import parse_size
 from ..errors import ConfigurationError, ShardNotFoundError, ShardStreamError
 from ..sources import check_storage_options, scheme_of
-from ..tar.index import IndexEntry, index_url, read_index_entries, write_index
+from ..tar.index import IndexEntry, index_url, read_index_entries, sample_sizes, write_index
+from ..tar.writer import END_OF_ARCHIVE
 from ._info import ShardSetInfo
 from ._plan import PlannedShard, plan_shards
 from ._tasks import KEY, assign_shards, encode_rows, index_entry, select_key_sizes, write_shard
 
-__all__ = ["absolute", "require_ray", "write_dataset", "write_shards"]
+__all__ = ["absolute", "entry_with_sizes", "require_ray", "write_dataset", "write_shards"]
 
 log = logging.getLogger(__name__)
 
@@ -149,9 +151,17 @@ def write_dataset(
     want = [(number, s.samples, s.bytes) for number, s in enumerate(plan)]
     if got != want:  # a bug, not a user error: say exactly what differs
         raise ShardStreamError(f"shards written differ from the plan: wrote {got}, planned {want}")
-    entries = [index_entry(row) for row in rows]
+    entries = [entry_with_sizes(row) for row in rows]
     url = _write_index(dst, prefix, entries, options)
     return ShardSetInfo(dst, url, tuple(entries))
+
+
+def entry_with_sizes(row: Mapping[str, Any]) -> IndexEntry:
+    """The ``_info.json`` entry of a shard written by ``write_shard``, with each sample's size: a
+    shard is its samples back to back, then the end-of-archive blocks."""
+    entry = index_entry(row)
+    entry["sizes"] = sample_sizes(entry["offsets"], entry["bytes"] - END_OF_ARCHIVE)
+    return entry
 
 
 def _partitions(ray: Any, plan: list[PlannedShard]) -> int:

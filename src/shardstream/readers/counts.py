@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from ..errors import ConfigurationError, ShardNotFoundError
 from ..forks import GatedExecutor
@@ -37,10 +37,6 @@ _COUNTED: dict[str, int] = {}
 
 def _basename(url: str) -> str:
     return url.rstrip("/").rpartition("/")[2]
-
-
-def _dirname(url: str) -> str:
-    return url.rpartition("/")[0]
 
 
 def count_samples(
@@ -92,23 +88,24 @@ def shard_counts(
     """
     fmt: Any = format if format is not None else TarFormat()
     src = source if source is not None else SchemeRouter(storage_options, allow_pipe)
-    known: dict[str, int] = {}
+    known: Mapping[str, int] = {}
     if isinstance(index, Mapping):
-        known.update(index)
+        known = index
     else:
-        locations = [index] if index is not None else sorted({_dirname(u) for u in urls if "/" in u})
+        # One read per index location (a dataset-level _info.json is read once, whatever the
+        # number of shards), and no copy of a lone index's mapping.
+        locations = [index] if index is not None else sorted({u.rpartition("/")[0] for u in urls if "/" in u})
         if cache is not None:
             locations.append(cache)
-        for location in locations:
-            known.update(_from_index(location, fmt, storage_options))
-
-    def lookup(url: str) -> int | None:
-        for key in (url, _basename(url)):
-            if key in known:
-                return known[key]
-        return _COUNTED.get(url)
-
-    missing = sorted({u for u in urls if lookup(u) is None})
+        if len(locations) == 1:
+            known = _from_index(locations[0], fmt, storage_options)
+        else:
+            merged: dict[str, int] = {}
+            for location in locations:
+                merged.update(_from_index(location, fmt, storage_options))
+            known = merged
+    counts = _lookup(urls, known)
+    missing = sorted({u for u, n in zip(urls, counts, strict=True) if n is None}) if None in counts else []
     if missing:
         start = time.perf_counter()
         with GatedExecutor(max_workers=max(1, min(max_threads, len(missing)))) as pool:
@@ -130,12 +127,35 @@ def shard_counts(
             fmt.write_counts(
                 cache, {_basename(u): n for u, n in zip(missing, counted, strict=True)}, storage_options
             )
-    result = []
-    for url in urls:
-        n = lookup(url)
+    if not missing:
+        return cast(list[int], counts)
+    result: list[int] = []
+    for url, n in zip(urls, counts, strict=True):
+        if n is None:
+            n = _COUNTED.get(url)
         if n is None:
             raise ConfigurationError(f"no sample count for shard {url}; pass index={{...}} with its count")
         result.append(n)
+    return result
+
+
+def _lookup(urls: Sequence[str], known: Mapping[str, int]) -> list[int | None]:
+    """Each URL's count: by full URL, else by basename, else from an earlier counting pass
+    (``None`` where none has it). One pass, ``O(1)`` per URL."""
+    get = known.get
+    # An index keys shards by basename; only a mapping may hold full URLs. (Comprehensions, and
+    # no full-URL pass when no key could match one: this runs for a million URLs per dataset.)
+    if any("/" in key for key in known):
+        result: list[int | None] = [get(u) for u in urls]
+    else:
+        result = [None] * len(urls)
+    if None in result:
+        result = [
+            get(u.rstrip("/").rpartition("/")[2]) if n is None else n
+            for u, n in zip(urls, result, strict=True)
+        ]
+    if None in result and _COUNTED:
+        result = [_COUNTED.get(u) if n is None else n for u, n in zip(urls, result, strict=True)]
     return result
 
 

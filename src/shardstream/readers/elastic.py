@@ -26,6 +26,7 @@ from ..pipeline.build import build_one
 from ..pipeline.seams import finished_epoch
 from ..pipeline.shuffle import Shuffle
 from ..shards.elastic import cut, deal, slot_quotas
+from ..shards.plan import EpochPlan
 from ..shards.runs import Run
 from ..shards.world import World
 from .planned import PlannedSamples
@@ -48,10 +49,17 @@ def _reader_index(pipeline: Any) -> int:
 
 
 def remaining(
-    pipeline: Any, epoch: int, world: World, state: StateDict | None, batch_size: int | None = None
+    pipeline: Any,
+    epoch: int,
+    world: World,
+    state: StateDict | None,
+    batch_size: int | None = None,
+    plans: dict[tuple[int, int], EpochPlan] | None = None,
 ) -> list[Run]:
     """The samples of ``epoch`` that ``world``'s (rank, worker) had not yielded at ``state``
-    (``batch_size``: the planner's batch size in the old run, when it differs from this one's)."""
+    (``batch_size``: the planner's batch size in the old run, when it differs from this one's;
+    ``plans``: the old epoch plans by ``(world_size, num_workers)``, filled and reused, so
+    re-splitting many old workers plans the old epoch once)."""
     if finished_epoch(state, epoch):
         return []  # that worker had yielded all of its share
     state = state or {}
@@ -72,7 +80,7 @@ def remaining(
         rest = _rest_of_units(units, own)
         locate = lambda t: _single(units[int(t[0])].url, int(t[1]), units[int(t[0])].pad)  # noqa: E731
     elif isinstance(reader, PlannedSamples):
-        rest, locate = _rest_of_plan(reader, ctx, own, batch_size)
+        rest, locate = _rest_of_plan(reader, ctx, own, batch_size, {} if plans is None else plans)
     else:
         rest, locate = _rest_of_shards(pipeline, index, ctx, nodes, own)
     buffered: list[Run] = []
@@ -112,7 +120,11 @@ def _rest_of_units(units: Sequence[Run], state: StateDict) -> list[Run]:
 
 
 def _rest_of_plan(
-    stage: PlannedSamples, ctx: RunContext, state: StateDict, batch_size: int | None
+    stage: PlannedSamples,
+    ctx: RunContext,
+    state: StateDict,
+    batch_size: int | None,
+    plans: dict[tuple[int, int], EpochPlan],
 ) -> tuple[list[Run], Any]:
     if stage.counts is None:
         raise StateError(
@@ -125,7 +137,10 @@ def _rest_of_plan(
             "the state was saved; resume with the same num_workers and world size"
         )
     world = ctx.world
-    plan = stage.plan(ctx.epoch, world, ctx.seed, batch_size)
+    shape = (world.world_size, world.num_workers)
+    plan = plans.get(shape)
+    if plan is None:  # the plan is lazy: each old worker's slot is computed from it on demand
+        plan = plans[shape] = stage.plan(ctx.epoch, world, ctx.seed, batch_size)
     pieces, exact = plan.slot(world.rank, world.worker), stage.mode == "exact"
     need = plan.quota(world.rank, world.worker) - int(state.get("done", 0))
     first, skip, offset = int(state.get("piece", 0)), int(state.get("skip", 0)), int(state.get("offset", -1))
@@ -202,7 +217,10 @@ def resplit(
     """States for the ``num_workers`` workers of ``rank`` (of ``world_size``) that continue ``epoch``
     with exactly what the old ``(world, state)`` workers (of every old rank) had left
     (``old_batch``: the planner's batch size in the old run)."""
-    units = [unit for world, state in old for unit in remaining(pipeline, epoch, world, state, old_batch)]
+    plans: dict[tuple[int, int], EpochPlan] = {}
+    units = [
+        unit for world, state in old for unit in remaining(pipeline, epoch, world, state, old_batch, plans)
+    ]
     index = _reader_index(pipeline)
     reader = pipeline.pipeline[index]
     slots = world_size * num_workers

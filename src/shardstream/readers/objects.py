@@ -15,6 +15,7 @@ a restored node recomputes it and the fetch-ahead engine restarts right after th
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -22,8 +23,10 @@ from ..errors import ConfigurationError
 from ..handlers import Handler, reraise_exception
 from ..objects import Manifest, ObjectReader, SampleTable, load_manifest
 from ..pipeline.base import Node, RunContext, Stage, StateDict
+from ..pipeline.pipeline import close_iterator
 from ..shards.plan import batches_per_rank, plan_epoch
 from ..shards.world import derive_seed
+from ..telemetry.io import IoCounters
 
 __all__ = ["ObjectSamples", "open_table"]
 
@@ -122,7 +125,12 @@ class _ObjectNode(Node):
         self.exact = stage.split == "exact"
         self.last: list[Any] = [-1, False]
         self.tell = self._tell
+        self._io: IoCounters | None = None  # telemetry's I/O counters (seams.CountsIO)
         self._it = self._run()
+
+    def count_io(self, counters: IoCounters) -> None:
+        """Add the time waiting for the fetch engine, the bytes and the GETs to ``counters``."""
+        self._io = counters
 
     def state_dict(self) -> StateDict:
         return {"done": self.done}
@@ -140,6 +148,8 @@ class _ObjectNode(Node):
         stage, slot = self.stage, self.slot
         pads = dict(slot[self.done :]) if self.exact else {}
         fetched = stage.reader.stream(i for i, _ in slot[self.done :])
+        if self._io is not None:
+            fetched = _counted(fetched, self._io)
         try:
             for i, got in fetched:
                 self.done += 1
@@ -155,3 +165,27 @@ class _ObjectNode(Node):
                 yield got
         finally:
             fetched.close()  # type: ignore[attr-defined]
+
+
+def _counted(
+    fetched: Iterator[tuple[int, dict[str, Any] | BaseException]], io: IoCounters
+) -> Iterator[tuple[int, dict[str, Any] | BaseException]]:
+    """``fetched``, with the time waiting for each sample, its bytes and its objects (one GET
+    each) added to ``io`` (telemetry on; the fetch engine's retries are counted where they happen)."""
+    clock = time.perf_counter_ns
+    try:
+        while True:
+            t = clock()
+            item = next(fetched, None)
+            io.io_ns += clock() - t
+            if item is None:
+                return
+            sample = item[1]
+            if not isinstance(sample, BaseException):
+                for key, value in sample.items():
+                    if key[:2] != "__" and isinstance(value, bytes | bytearray | memoryview):
+                        io.io_bytes += len(value)
+                        io.opens += 1
+            yield item
+    finally:
+        close_iterator(fetched)

@@ -20,6 +20,9 @@ import logging
 from collections.abc import Generator, Iterator, Sequence
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
 from ..errors import ConfigurationError, SplitError
 from ..handlers import Handler, reraise_exception
 from ..pipeline.base import Node, RunContext, Stage, StateDict
@@ -30,7 +33,7 @@ from ..shards.world import World, derive_seed
 from ..sources import SchemeRouter, Source
 from ..tar.grouping import Cursor
 from ..tar.samples import TarFormat
-from ._reading import ReadingNode
+from ._reading import ReadingNode, pin_of, pinned
 from .counts import CountSource, shard_counts
 from .read_shards import ShardFormat, open_ahead
 from .runs import UnitsNode, read_span
@@ -112,6 +115,7 @@ class PlannedSamples(Stage):
         self.source: Source = source if source is not None else SchemeRouter(storage_options)
         self.handler = handler
         self.counts: list[int] | None = None
+        self._sizes: npt.NDArray[np.int64] | None = None  # the counts as an array, made once
         if mode != "resampled":
             self.counts = shard_counts(
                 self.urls,
@@ -136,12 +140,15 @@ class PlannedSamples(Stage):
         self, epoch: int, world: World, seed: int | None = None, batch_size: int | None = None
     ) -> EpochPlan:
         """The plan of ``epoch`` for ``world`` (``batch_size``: another than this stage's, for the
-        plan a run with another world size and the same global batch made)."""
+        plan a run with another world size and the same global batch made). The plan is lazy:
+        ``plan.slot(rank, worker)`` computes one slot's runs (see :mod:`shardstream.shards.plan`)."""
         if self.counts is None:
             raise ConfigurationError("split='resampled' draws shards at random and has no epoch plan")
+        if self._sizes is None or len(self._sizes) != len(self.counts):
+            self._sizes = np.asarray(self.counts, dtype=np.int64)
         return plan_epoch(
             self.urls,
-            self.counts,
+            self._sizes,
             world_size=world.world_size,
             num_workers=world.num_workers,
             epoch=epoch,
@@ -175,6 +182,7 @@ class _PlannedNode(ReadingNode):
         self.piece = int(state.get("piece", 0))
         self.skip = int(state.get("skip", 0))  # samples of the piece already yielded
         self.offset = int(state.get("offset", -1))  # where the next one starts, when known
+        self.pin = pin_of(state) if self.offset >= 0 else None
         self.makeup = bool(state.get("makeup", False))
         self.stopped = False  # the error policy ended the stream
         self._opening: Any = None  # the next piece's shard, opened ahead (see read.open_ahead)
@@ -198,6 +206,7 @@ class _PlannedNode(ReadingNode):
         state: StateDict = {"done": self.done, "piece": self.piece, "skip": self.skip}
         if self.cursor.next >= 0:
             state["offset"] = self.cursor.next
+            pinned(state, self.cursor)
         if self.makeup:
             state["makeup"] = True
         return state
@@ -226,9 +235,10 @@ class _PlannedNode(ReadingNode):
         first = self.skip
         # (A saved offset is only for the first piece after a restore, which nothing opened ahead.)
         offset, self.offset = (self.offset, -1) if self.offset >= 0 else (0, -1)
+        pin, self.pin = self.pin, None
         drop = start + first if offset == 0 else 0
         count = None if stop is None else stop - start - first
-        return read_span(self, self.stage, url, offset, drop, count, opening)
+        return read_span(self, self.stage, url, offset, drop, count, opening, pin=pin)
 
     def _piece(
         self, url: str, start: int, stop: int | None, pad: bool | None, opening: Any = None

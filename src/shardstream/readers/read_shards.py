@@ -24,7 +24,7 @@ from ..pipeline.base import Node, RunContext, Stage, StateDict
 from ..sources import SchemeRouter, Source
 from ..tar.grouping import Cursor
 from ..tar.samples import TarFormat
-from ._reading import ReadingNode
+from ._reading import Pin, ReadingNode, pin_of, pinned, verified
 from .runs import UnitsNode
 
 __all__ = ["ReadShards", "ShardFormat", "ahead_url", "open_ahead"]
@@ -57,6 +57,7 @@ class _ReadNode(ReadingNode):
         if self.url is None and "offset" in state:  # the shard's URL comes from the shard list
             self.url = _url(upstream.item(self.shard))
         self.cursor.next = int(state.get("offset", -1)) if self.url is not None else -1
+        self._pin = pin_of(state) if self.cursor.next >= 0 else None
         self._listed = upstream.indexable
         # The next shard, already taken from upstream (read-ahead), and its open in progress.
         self._next: Any = ahead_url(state, upstream)
@@ -110,6 +111,7 @@ class _ReadNode(ReadingNode):
             if not self._listed:  # a listed upstream restores to the same list: the number is enough
                 state["url"] = self.url
             state["offset"] = self.cursor.next
+            pinned(state, self.cursor)
         if self._next is not None:
             state["ahead"] = True if self._listed else _url(self._next)
         return state
@@ -117,7 +119,8 @@ class _ReadNode(ReadingNode):
     def _run(self) -> Iterator[dict[str, Any]]:
         try:
             if self.url is not None and self.cursor.next >= 0:
-                yield from self._read(self.url, None, self.cursor.next)
+                pin, self._pin = self._pin, None
+                yield from self._read(self.url, None, self.cursor.next, pin=pin)
             assert self.upstream is not None
             shards = iter(self.upstream)
             log_shards = self.stage.log_shards
@@ -153,16 +156,24 @@ class _ReadNode(ReadingNode):
         if not (isinstance(shard, dict) and shard.get("stream") is not None):
             self._opening = open_ahead(self.stage, _url(shard))
 
-    def _read(self, url: str, stream: Any, offset: int, opening: Any = None) -> Iterator[dict[str, Any]]:
+    def _read(
+        self, url: str, stream: Any, offset: int, opening: Any = None, pin: Pin | None = None
+    ) -> Iterator[dict[str, Any]]:
         stage = self.stage
         self.url = url
         self.cursor.start = self.cursor.next = offset
         try:
             if opening is not None:
                 stream = opening.result()  # the open's error, if any, is handled below
-            yield from stage.format.samples(
-                stage.source, url, offset=offset, cursor=self.cursor, stream=stream
-            )
+            if pin is None:
+                yield from stage.format.samples(
+                    stage.source, url, offset=offset, cursor=self.cursor, stream=stream
+                )
+            else:  # a restore: read from the sample before the saved offset and check it
+                samples = stage.format.samples(stage.source, url, offset=pin[1], cursor=self.cursor)
+                yield from verified(samples, self.cursor, url, pin, offset)
+        except StateError:
+            raise  # not the shard's fault: no error policy skips it
         except Exception as exn:
             # A tar stream cannot be resynchronised after a bad header: the rest of the shard
             # is skipped (the samples already read are kept) and the skip is counted.

@@ -16,11 +16,12 @@ import itertools
 from collections.abc import Iterator
 from typing import Any
 
+from ..errors import StateError
 from ..pipeline.base import StateDict
 from ..pipeline.pipeline import close_iterator
 from ..shards.runs import Run
 from ..tar.grouping import Cursor
-from ._reading import ReadingNode
+from ._reading import Pin, ReadingNode, pin_of, pinned, verified
 
 __all__ = ["UnitsNode", "read_span"]
 
@@ -35,6 +36,7 @@ class UnitsNode(ReadingNode):
         self.unit = int(state.get("unit", 0))
         self.skip = int(state.get("skip", 0))  # samples of the current unit already yielded
         self.offset = int(state.get("offset", -1))  # where the next one starts, when known
+        self.pin = pin_of(state) if self.offset >= 0 else None
         self.cursor = Cursor()
         self.cursor.next = -1
         self.idle = not self.units  # nothing dealt to this worker: the others hold the epoch
@@ -46,6 +48,7 @@ class UnitsNode(ReadingNode):
         state: StateDict = {"units": [u.to_json() for u in self.units], "unit": self.unit, "skip": self.skip}
         if self.cursor.next >= 0:
             state["offset"] = self.cursor.next
+            pinned(state, self.cursor)
         return state
 
     def _tell(self) -> list[Any]:
@@ -67,6 +70,7 @@ class UnitsNode(ReadingNode):
             self.skip = 0
 
     def _read(self, unit: Run) -> Iterator[dict[str, Any]]:
+        pin, self.pin = self.pin, None
         if self.offset >= 0:  # resuming inside this unit at a known offset
             offset, drop = self.offset, 0
         elif unit.offset >= 0:
@@ -77,7 +81,9 @@ class UnitsNode(ReadingNode):
         left = None if unit.count is None else unit.count - self.skip
         if left is not None and left <= 0:
             return
-        for sample in read_span(self, self.stage, unit.url, offset, drop, left):
+        for sample in read_span(
+            self, self.stage, unit.url, offset, drop, left, pin=pin if drop == 0 else None
+        ):
             if unit.pad is not None:
                 sample["__pad__"] = unit.pad
             self.skip += 1
@@ -85,27 +91,42 @@ class UnitsNode(ReadingNode):
 
 
 def read_span(
-    node: Any, stage: Any, url: str, offset: int, drop: int, count: int | None, opening: Any = None
+    node: Any,
+    stage: Any,
+    url: str,
+    offset: int,
+    drop: int,
+    count: int | None,
+    opening: Any = None,
+    *,
+    pin: Pin | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Samples of ``url`` from byte ``offset``: the first ``drop`` skipped, at most ``count``.
 
     ``node.cursor`` follows the positions; an error goes to ``stage.handler`` (counted in
     ``stage.stats``), and a handler that ends the stream sets ``node.stopped``. The one reading
     loop of the epoch planner and of elastically restored workers. ``opening``: the shard's
-    open started ahead (``readers.read_shards.open_ahead``), for ``offset == 0``.
+    open started ahead (``readers.read_shards.open_ahead``), for ``offset == 0``. ``pin``: a
+    restore's check that the shard still holds the saved sample before ``offset``
+    (:func:`~._reading.verified`); its StateError is never given to the handler.
     """
     cursor = node.cursor
     cursor.next = offset
     opened: Any = None
     try:
         stream = opening.result() if opening is not None else None  # its error is handled below
-        opened = stage.format.samples(stage.source, url, offset=offset, cursor=cursor, stream=stream)
+        start = pin[1] if pin is not None else offset
+        opened = stage.format.samples(stage.source, url, offset=start, cursor=cursor, stream=stream)
         samples: Iterator[dict[str, Any]] = opened
+        if pin is not None:
+            samples = verified(samples, cursor, url, pin, offset)
         if drop:
             samples = itertools.islice(samples, drop, None)
         if count is not None:
             samples = itertools.islice(samples, count)
         yield from samples
+    except StateError:
+        raise
     except Exception as exn:
         go_on = stage.handler(exn)
         stage.stats.record(exn)

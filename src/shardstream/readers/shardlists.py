@@ -45,6 +45,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+_WARNED: set[str] = set()  # arguments without effect already logged in this process
+
 
 def _upstream_items(upstream: Node | None, what: str) -> Sequence[Any] | None:
     """The whole epoch's list of a list-shaped upstream (independent of its position)."""
@@ -105,8 +107,8 @@ class ResampledShards(Stage):
         seed: base seed (``None``: the pipeline's seed, else ``SHARDSTREAM_SEED``/``WDS_SEED`` or 0).
         worker_seed: a function returning the base seed, called in each reading process (as
             WebDataset's); overrides ``seed``.
-        deterministic: WebDataset's switch; draws here are always deterministic, so only
-            ``True`` is accepted.
+        deterministic: WebDataset's switch; draws here are always deterministic (``False`` logs
+            a warning once and changes nothing).
         max_urls: use at most this many URLs of the spec.
         empty_check: raise when the spec names no shards (default); False allows an empty
             spec (nothing is yielded).
@@ -125,10 +127,12 @@ class ResampledShards(Stage):
         max_urls: int = int(1e6),
         empty_check: bool = True,
     ) -> None:
-        if not deterministic:
-            raise ValueError(
-                "ResampledShards(deterministic=False) is not supported: draws are always seeded "
-                "from (seed, epoch, rank, worker); pass a different seed= for a different draw"
+        if not deterministic and "deterministic" not in _WARNED:
+            _WARNED.add("deterministic")  # once per process (WebDataset recipes pass it on every build)
+            log.warning(
+                "ResampledShards(deterministic=False) has no effect: draws are always seeded from "
+                "(seed, epoch, rank, worker), so a run can be repeated and resumed; pass another "
+                "seed= for another draw"
             )
         try:
             self.urls = expand_urls(urls)[:max_urls]
@@ -139,6 +143,7 @@ class ResampledShards(Stage):
         self.nshards = nshards
         self.seed = seed
         self.worker_seed = worker_seed
+        self.deterministic = deterministic
 
     def build(self, upstream: Node | None, ctx: RunContext, state: StateDict | None = None) -> Node:
         seed = self.seed if self.seed is not None else ctx.seed

@@ -28,7 +28,9 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ..errors import ObjectChangedError, SourceError, TransientSourceError, redact_url
+from ..faults import FAULTS
 from ._retry import RetryPolicy
+from ._status import is_throttle
 
 __all__ = [
     "EmptyBody",
@@ -282,6 +284,7 @@ class ResumableReader(io.RawIOBase):
             )
             raise given_up from (cause or error)
         self.retries += 1
+        FAULTS.retry(throttled=is_throttle(error))
         log.warning(
             "retry %d/%d for %s at offset %d in %.2fs: %s",
             self._failures, self._policy.attempts - 1, self.url, self._pos, delay, error,

@@ -13,7 +13,7 @@ from typing import Any, BinaryIO
 from ..errors import ConfigurationError, redact_url
 from ._ahead import PendingOpen
 from ._registry import _check_known, check_pipe, check_storage_options, get_source, scheme_of
-from .base import ObjectInfo, Source, SourceBase, WritableSource
+from .base import ObjectInfo, Source, SourceBase, WritableSource, with_defaults
 
 __all__ = ["REMOTE_SCHEMES", "SchemeRouter"]
 
@@ -63,6 +63,11 @@ class SchemeRouter(SourceBase):
         """This process's source for ``url``'s scheme (refuses ``pipe:`` unless allowed)."""
         check_pipe(url, self.allow_pipe)
         return get_source(url, self.storage_options)
+
+    def route(self, url: str) -> SourceBase:
+        """This process's source for ``url``'s scheme, with the optional capabilities (its own
+        ``get_many``: S3's ``epoll`` loop for ``s3://``)."""
+        return with_defaults(self.source_for(url))
 
     def open(self, url: str, *, offset: int = 0, length: int | None = None) -> BinaryIO:
         """Open bytes ``[offset, offset + length)`` of ``url`` (to the end when ``length`` is ``None``)."""

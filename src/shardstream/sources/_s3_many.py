@@ -1,4 +1,4 @@
-"""``S3Source.get_many``: whole objects many at a time on one thread's ``epoll`` loop, with typed outcomes.
+"""``S3Source.get_many``: objects or byte ranges many at a time on one thread's ``epoll`` loop.
 
 The consumer's own thread writes each object's signed GET on a connection of the source's
 whole-body pool and reads the answers that ``epoll`` reports (:mod:`shardstream.net.multiplex`),
@@ -6,6 +6,13 @@ so no thread is woken per request. Each answer becomes an :class:`~.many.Outcome
 place where the fetch path's HTTP statuses are read:
 
 - a 2xx with the whole body: ``OK``;
+- for a byte range (a ``Range`` header, unsigned: see :meth:`~._s3_signing.S3Addressing.get_request`):
+  a 206 whose ``Content-Range`` starts at the asked offset and whose body holds the asked bytes
+  (fewer only where the object ends): ``OK``; a 206 with other bytes: ``RETRY``; a 416 (the range
+  starts at or past the object's end): ``OK`` with no bytes, as ``Source.open`` reads there;
+  a 200 (the server ignored ``Range`` and sent the whole object): ``OK`` with the range cut out
+  of it. A 200 is the object itself, so its bytes are right, and they are already here;
+  ``RETRY`` would ask the same server the same way and get the same whole object again;
 - 503 SlowDown or 429: ``THROTTLED`` (the caller lowers its requests in flight and retries);
 - a transport error, an answer the loop does not read (chunked, a cut, a timeout), 408 or a 5xx:
   ``RETRY`` (the caller retries through ``get_into``, which handles every case);
@@ -21,7 +28,7 @@ from __future__ import annotations
 import time
 from typing import Protocol
 
-from ..errors import SourceError, TransientSourceError
+from ..errors import SourceError, TransientSourceError, redact_url
 from ..net.idle import Key
 from ..net.multiplex import Answer, Multiplexer, borrow
 from ..net.whole import WholeBodyPool
@@ -29,7 +36,7 @@ from ._s3_errors import code_in, s3_error
 from ._status import THROTTLE_STATUSES, TRANSIENT_STATUSES
 from .many import FAILED, OK, RETRY, THROTTLED, Outcome
 
-__all__ = ["S3Gets", "outcome_of"]
+__all__ = ["S3Gets", "content_range", "outcome_of"]
 
 
 class WholeGets(Protocol):
@@ -38,7 +45,7 @@ class WholeGets(Protocol):
     whole: WholeBodyPool
     endpoint_url: str
 
-    def get_request(self, url: str) -> tuple[Key, bytes]: ...
+    def get_request(self, url: str, offset: int = 0, length: int | None = None) -> tuple[Key, bytes]: ...
 
     def translate(self, exc: BaseException, url: str, action: str = "open") -> SourceError: ...
 
@@ -55,16 +62,16 @@ class S3Gets:
     def closed(self) -> bool:
         return self._closed
 
-    def submit(self, token: object, url: str) -> Outcome | None:
+    def submit(self, token: object, url: str, offset: int = 0, length: int | None = None) -> Outcome | None:
         multi = self._multi
         if multi is None:  # the loop parked by the last session, with its connections
             multi = self._multi = borrow(self._source.whole)
         try:
-            address, request = self._source.get_request(url)
+            address, request = self._source.get_request(url, offset, length)
         except SourceError as exc:  # (a bad key or credentials, already translated)
             kind = RETRY if isinstance(exc, TransientSourceError) else FAILED
             return Outcome(token, kind, b"", exc, time.monotonic())
-        failed = multi.submit((token, url), address, request)
+        failed = multi.submit((token, url, offset, length), address, request)
         if failed is None:
             return None
         return outcome_of(failed, self._source)
@@ -77,7 +84,10 @@ class S3Gets:
         found = []
         for answer in multi.wait(None):
             status = answer.status
-            if answer.error is None and 200 <= status < 300:
+            _, _, offset, length = answer.token
+            if offset or length is not None:
+                found.append(range_outcome(answer, source))
+            elif answer.error is None and 200 <= status < 300:
                 found.append(Outcome(answer.token[0], OK, answer.body, None, answer.sent))
             else:
                 found.append(outcome_of(answer, source))
@@ -100,9 +110,59 @@ class S3Gets:
             multi.close()
 
 
+def range_outcome(answer: Answer, source: WholeGets) -> Outcome:
+    """The outcome of the answer to a ranged GET (see the module doc)."""
+    token, url, offset, length = answer.token
+    status = answer.status
+    if answer.error is not None or not (200 <= status < 300 or status == 416):
+        return outcome_of(answer, source)
+    body = answer.body
+    if status == 416:  # the range starts at or past the object's end: no bytes there
+        return Outcome(token, OK, b"", None, answer.sent)
+    if status != 206:  # the whole object: the server ignored the Range
+        end = len(body) if length is None else offset + length
+        return Outcome(token, OK, body[offset:end], None, answer.sent)
+    found = content_range(_header(answer.head, b"content-range"))
+    total = found[2] if found is not None else None
+    size = total if total is not None else offset + len(body)
+    want = max(0, (size if length is None else min(offset + length, size)) - offset)
+    if found is None or found[0] != offset or len(body) < want:
+        shown = "none" if found is None else f"bytes {found[0]}-{found[1]}/{'*' if total is None else total}"
+        asked = f"{offset}-" if length is None else f"{offset}-{offset + length - 1}"
+        error = TransientSourceError(
+            f"{redact_url(url)}: a GET of bytes {asked} was answered with Content-Range {shown} "
+            f"and {len(body)} bytes; retried (if it persists, the server or a proxy in front of it "
+            "mishandles Range requests)",
+            url=url,
+        )
+        return Outcome(token, RETRY, b"", error, answer.sent)
+    return Outcome(token, OK, body if len(body) == want else body[:want], None, answer.sent)
+
+
+def content_range(value: str | None) -> tuple[int, int, int | None] | None:
+    """``(first, last, total)`` of a ``Content-Range: bytes first-last/total`` value (``total``
+    is ``None`` for ``*``), or ``None`` when there is none to read."""
+    unit, _, spec = (value or "").strip().partition(" ")
+    span, _, total = spec.partition("/")
+    first, _, last = span.partition("-")
+    if unit.lower() != "bytes" or not first.isdigit() or not last.isdigit():
+        return None
+    return int(first), int(last), int(total) if total.isdigit() else None
+
+
+def _header(head: bytes, name: bytes) -> str | None:
+    """The value of header ``name`` (lower case) in a lower-cased header block."""
+    at = head.find(b"\r\n" + name + b":")
+    if at < 0:
+        return None
+    at += len(name) + 3
+    stop = head.find(b"\r\n", at)
+    return (head[at:] if stop < 0 else head[at:stop]).decode("latin-1").strip()
+
+
 def outcome_of(answer: Answer, source: WholeGets) -> Outcome:
     """The outcome of an answer that is not a plain success (see the module doc)."""
-    token, url = answer.token
+    token, url = answer.token[:2]
     if answer.error is not None:
         return Outcome(token, RETRY, b"", source.translate(answer.error, url), answer.sent)
     status = answer.status

@@ -195,10 +195,14 @@ class S3Addressing:
             raise self.translate(exc, shown or url) from exc
         return signed
 
-    def get_request(self, url: str) -> tuple[Address, bytes]:
-        """``(address, request bytes)`` of one signed GET of the whole object ``url``, for the
-        source's own clients that send it themselves (``get_into`` and the ``get_many`` session
-        on :mod:`shardstream.net`); counted in ``requests``."""
+    def get_request(self, url: str, offset: int = 0, length: int | None = None) -> tuple[Address, bytes]:
+        """``(address, request bytes)`` of one signed GET of ``url``: the whole object, or bytes
+        ``[offset, offset + length)`` with a ``Range`` header (to the end when ``length`` is
+        ``None``), for the source's own clients that send it themselves (``get_into`` and the
+        ``get_many`` session on :mod:`shardstream.net`); counted in ``requests``.
+
+        ``Range`` travels unsigned, as SigV4 allows for any header outside ``SignedHeaders``
+        (:mod:`._sigv4`): the signature is the whole object's GET, so signing costs the same."""
         self._count(url)
         bucket, key = parse_s3_url(url)
         try:
@@ -209,6 +213,9 @@ class S3Addressing:
             raise
         except Exception as exc:
             raise self.translate(exc, url) from exc
+        if offset or length is not None:  # (an empty range asks for one byte, cut by the caller)
+            last = offset if length is None or length < 1 else offset + length - 1
+            lines += f"Range: bytes={offset}-{'' if length is None else last}\r\n"
         # one f-string: the request is the same shape for every object
         return address, f"GET {path} HTTP/1.1\r\n{lines}Accept-Encoding: identity\r\n\r\n".encode("latin-1")
 

@@ -11,8 +11,14 @@ import http.client
 import socket
 import ssl
 
-from ..errors import AccessDeniedError, ShardNotFoundError, SourceError, TransientSourceError, redact_url
-from ._resume import ObjectChangedError
+from ..errors import (
+    AccessDeniedError,
+    ObjectChangedError,
+    ShardNotFoundError,
+    SourceError,
+    TransientSourceError,
+    redact_url,
+)
 
 __all__ = ["THROTTLE_STATUSES", "TRANSIENT_STATUSES", "is_throttle", "network_error", "status_error"]
 

@@ -7,10 +7,14 @@
 - ``open_ahead(url)``: start opening before the stream is needed (default: ``None``, not worth
   it; the ``s3://`` and ``http(s)://`` sources start the open on a thread).
 - ``size(url)``: the object's length (default: from ``stat``).
-- ``get_into(url, sink)``: a whole object appended to a buffer (default: from ``open``); the
-  class attribute ``retries_in_get_into`` says whether it retries on its own.
-- ``get_many(window=)``: many whole objects in flight for one consumer, with typed outcomes
-  (:mod:`.many`; default: ``get_into`` on threads; S3: one thread on ``epoll``).
+- ``get_into(url, sink, offset=, length=)``: a whole object or a byte range appended to a buffer
+  (default: from the ranged ``open``); the class attribute ``retries_in_get_into`` says whether
+  it retries on its own.
+- ``get_many(window=)``: many whole objects or byte ranges in flight for one consumer, with
+  typed outcomes (:mod:`.many`; default: ``get_into`` on threads; S3: one thread on ``epoll``).
+- ``route(url)``: the source whose capabilities serve ``url`` (default: itself; a
+  :class:`~._router.SchemeRouter`: its scheme's source), so that a consumer holding a router
+  gets S3's ``get_many`` for ``s3://`` URLs, not the default built on the router's ``open``.
 
 Every built-in source derives from :class:`SourceBase`; a user's source that only satisfies
 :class:`Source` gets the defaults through :func:`with_defaults`. Nothing probes a source with
@@ -121,16 +125,35 @@ class SourceBase:
         """Length of ``url`` in bytes (``None`` when the source cannot tell)."""
         return self.stat(url).size
 
-    def get_into(self, url: str, sink: bytearray, *, etag: str | None = None) -> str | None:
-        """Append the whole object ``url`` to ``sink``, after the bytes already there (a resume);
-        returns the object's version tag when known. Raises a SourceError naming ``url``."""
-        with self.open(url, offset=len(sink)) as stream:
+    def get_into(
+        self,
+        url: str,
+        sink: bytearray,
+        *,
+        etag: str | None = None,
+        offset: int = 0,
+        length: int | None = None,
+    ) -> str | None:
+        """Append bytes ``[offset, offset + length)`` of ``url`` (the whole object by default; to
+        its end when ``length`` is ``None``) to ``sink``, after the bytes of that range already
+        there (a resume starts at ``offset + len(sink)``); fewer only where the object ends
+        first. Returns the object's version tag when known. Raises a SourceError naming ``url``."""
+        have = len(sink)
+        if length is not None and have and have >= length:
+            return etag
+        rest = None if length is None else length - have
+        with self.open(url, offset=offset + have, length=rest) as stream:
             sink += stream.read()
         return etag
 
     def get_many(self, *, window: int) -> ManyGets:
-        """A session of up to ``window`` whole-object GETs in flight (see :mod:`.many`)."""
+        """A session of up to ``window`` GETs in flight, of whole objects or byte ranges (see
+        :mod:`.many`)."""
         return ThreadedGets(self.get_into, window=window, retries_itself=self.retries_in_get_into)
+
+    def route(self, url: str) -> SourceBase:
+        """The source whose capabilities serve ``url``: this one (a router: its scheme's)."""
+        return self
 
 
 class _WithDefaults(SourceBase):

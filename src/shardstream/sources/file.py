@@ -2,11 +2,20 @@
 
 Streams carry ``local_path`` (the file's path; for a ranged stream, the whole file's path), so a
 reader can record where the bytes live without copying them.
+
+Writes are published whole or not at all (:class:`AtomicFile`): the bytes go to a hidden temporary
+file next to the target (``.<name>.partial~<host>~<pid>~<random>``) that ``close()`` renames into
+place; ``abort()``, an exception leaving a ``with`` block, or a writer dropped unclosed removes it.
+A writer killed outright leaves only that hidden file, never a truncated shard under the final
+name; the next writer of the same name removes such leftovers of dead processes on this host.
 """
 
 from __future__ import annotations
 
+import io
 import os
+import secrets
+import socket
 from typing import BinaryIO, cast
 from urllib.parse import unquote, urlparse
 
@@ -14,7 +23,7 @@ from ..errors import AccessDeniedError, ShardNotFoundError, SourceError
 from .base import ObjectInfo, SourceBase, check_range
 from .ranges import limit
 
-__all__ = ["FileSource", "local_path"]
+__all__ = ["AtomicFile", "FileSource", "local_path"]
 
 
 def local_path(url: str) -> str:
@@ -74,14 +83,107 @@ class FileSource(SourceBase):
         return ObjectInfo(size=st.st_size, etag=f"{st.st_mtime_ns:x}-{st.st_size:x}", local_path=path)
 
     def create(self, url: str) -> BinaryIO:
+        """A writer that publishes ``url`` when closed (see :class:`AtomicFile`)."""
         path = local_path(url)
         parent = os.path.dirname(path)
         try:
             if parent:
                 os.makedirs(parent, exist_ok=True)
-            return cast(BinaryIO, open(path, "wb"))  # noqa: SIM115
+            return cast(BinaryIO, AtomicFile(path))
         except OSError as exc:
             raise _translate(exc, url, "create") from exc
 
     def close(self) -> None:
         pass
+
+
+_PARTIAL = ".partial~"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class AtomicFile(io.RawIOBase):
+    """A file written under a hidden temporary name and renamed to ``path`` by :meth:`close`.
+
+    :meth:`abort` (also: an exception leaving a ``with`` block, or the writer collected without
+    ``close``) removes the temporary file, so ``path`` is either the whole new content or
+    untouched. Leftovers of dead writers of ``path`` on this host are removed when it is created.
+    """
+
+    def __init__(self, path: str) -> None:
+        super().__init__()
+        self.path = path
+        directory, name = os.path.split(path)
+        self._host = socket.gethostname().replace("~", "_")
+        prefix = f".{name}{_PARTIAL}"
+        _remove_dead_partials(directory or ".", prefix, self._host)
+        tag = f"{self._host}~{os.getpid()}~{secrets.token_hex(4)}"
+        self.temp = os.path.join(directory, prefix + tag)
+        self._file = open(self.temp, "wb")  # noqa: SIM115 - closed by close()/abort()
+        self.name = path
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:  # type: ignore[override]
+        return self._file.write(data)
+
+    def flush(self) -> None:
+        if not self._file.closed:
+            self._file.flush()
+
+    def close(self) -> None:
+        """Publish: the temporary file becomes ``path`` (atomically; replaces an older file)."""
+        if self.closed:
+            return
+        try:
+            self._file.close()
+            os.replace(self.temp, self.path)
+        except BaseException:
+            self.abort()
+            raise
+        super().close()
+
+    def abort(self) -> None:
+        """Discard what was written; ``path`` is left as it was."""
+        if not self._file.closed:
+            self._file.close()
+        try:
+            os.remove(self.temp)
+        except FileNotFoundError:
+            pass
+        if not self.closed:
+            super().close()
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is not None:
+            self.abort()
+        else:
+            self.close()
+
+    def __del__(self) -> None:
+        # Dropped without close(): the data may be incomplete, so never publish it.
+        if not self.closed and hasattr(self, "_file"):
+            self.abort()
+
+
+def _remove_dead_partials(directory: str, prefix: str, host: str) -> None:
+    try:
+        names = [n for n in os.listdir(directory) if n.startswith(prefix)]
+    except OSError:
+        return
+    for name in names:
+        parts = name[len(prefix) :].split("~")
+        if len(parts) == 3 and parts[0] == host and parts[1].isdigit() and not _alive(int(parts[1])):
+            try:
+                os.remove(os.path.join(directory, name))
+            except OSError:
+                pass

@@ -1,10 +1,13 @@
-"""Many whole-object GETs in flight for one consumer: the session a source hands out, and its outcomes.
+"""Many GETs in flight for one consumer: the session a source hands out, and its outcomes.
 
-``Source.get_many(window=)`` returns a :class:`ManyGets`: the consumer (the objects' fetch loop)
-submits URLs with a token of its own, waits, and gets back one :class:`Outcome` per object, in
-the order they complete. An outcome is one of four kinds, so the consumer needs no HTTP:
+``Source.get_many(window=)`` returns a :class:`ManyGets`: the consumer (the fetch loop of
+:mod:`shardstream.objects`) submits URLs, each with a token of its own and optionally a byte range
+(``offset``, ``length``; the whole object by default), waits, and gets back one :class:`Outcome`
+per request, in the order they complete. An outcome is one of four kinds, so the consumer needs
+no HTTP:
 
-- ``OK``: ``body`` holds the object's bytes.
+- ``OK``: ``body`` holds the object's bytes, or exactly the range's (fewer only where the
+  object ends first, as for ``Source.open``; none for a range that starts at or past the end).
 - ``THROTTLED``: the store asked to slow down (S3 503 SlowDown, 429); retry later, with fewer
   requests in flight.
 - ``RETRY``: a transient fault (a timeout, a reset, a 5xx, an answer the fast path does not read);
@@ -24,7 +27,6 @@ import queue
 import threading
 import time
 import weakref
-from collections.abc import Callable
 from functools import partial
 from typing import Any, Final, Protocol
 
@@ -39,8 +41,18 @@ THROTTLED: Final = "throttled"
 RETRY: Final = "retry"
 FAILED: Final = "failed"
 
-#: ``get_into(url, sink)``: append the whole object ``url`` to ``sink`` (see ``SourceBase.get_into``).
-GetInto = Callable[[str, bytearray], object]
+
+class GetInto(Protocol):
+    """``get_into(url, sink, offset=, length=)``: append bytes ``[offset, offset + length)`` of
+    ``url`` (to its end when ``length`` is ``None``) to ``sink`` (see ``SourceBase.get_into``)."""
+
+    def __call__(
+        self, url: str, sink: bytearray, *, offset: int = 0, length: int | None = None
+    ) -> object: ...
+
+
+#: A request waiting for a thread of :class:`ThreadedGets`: token, URL, offset, length, when.
+_Todo = tuple[object, str, int, int | None, float]
 
 
 class Outcome:
@@ -49,7 +61,7 @@ class Outcome:
     Attributes:
         token: what the consumer submitted with the URL.
         kind: ``OK``, ``THROTTLED``, ``RETRY`` or ``FAILED`` (see the module doc).
-        body: the object's bytes (``OK`` only).
+        body: the object's bytes, or the requested range's (``OK`` only).
         error: why it is not ``OK`` (a SourceError naming the URL, or the exception raised).
         started: when the request was sent (``time.monotonic()``), for latency estimates.
     """
@@ -70,11 +82,13 @@ class Outcome:
 
 
 class ManyGets(Protocol):
-    """Whole-object GETs in flight, driven by one thread (``wake`` excepted)."""
+    """GETs of whole objects or byte ranges in flight, driven by one thread (``wake`` excepted)."""
 
-    def submit(self, token: object, url: str) -> Outcome | None:
-        """Start fetching ``url``; its outcome comes from a later :meth:`wait`, or at once
-        (returned here) when the request could not start."""
+    def submit(self, token: object, url: str, offset: int = 0, length: int | None = None) -> Outcome | None:
+        """Start fetching bytes ``[offset, offset + length)`` of ``url`` (the whole object by
+        default; to its end when ``length`` is ``None``); its outcome comes from a later
+        :meth:`wait`, or at once (returned here) when the request could not start or needs none
+        (``length=0``)."""
         ...
 
     def wait(self) -> list[Outcome]:
@@ -103,7 +117,8 @@ class ThreadedGets:
     """The default :class:`ManyGets`: ``get_into`` on up to ``window`` threads of its own.
 
     Args:
-        get_into: the source's single-object GET.
+        get_into: the source's single-object GET (a range through the source's ranged ``open``
+            unless the source does better).
         window: threads at most (one per request in flight).
         retries_itself: ``get_into`` retries transient faults on its own (then every failure is
             ``FAILED``); otherwise a transient one is ``THROTTLED`` or ``RETRY`` for the caller.
@@ -115,7 +130,7 @@ class ThreadedGets:
         self._retries_itself = retries_itself
         # Two C-level queues, as in objects.FetchAhead: about 1 us per hand-over, where a Future
         # and its condition variables cost tens of microseconds.
-        self._todo: queue.SimpleQueue[tuple[object, str, float] | None] = queue.SimpleQueue()
+        self._todo: queue.SimpleQueue[_Todo | None] = queue.SimpleQueue()
         self._done: queue.SimpleQueue[Outcome | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._in_flight = 0
@@ -127,9 +142,9 @@ class ThreadedGets:
     def closed(self) -> bool:
         return self._closed
 
-    def submit(self, token: object, url: str) -> Outcome | None:
+    def submit(self, token: object, url: str, offset: int = 0, length: int | None = None) -> Outcome | None:
         self._in_flight += 1
-        self._todo.put((token, url, time.monotonic()))
+        self._todo.put((token, url, offset, length, time.monotonic()))
         if len(self._threads) < min(self._in_flight, self._window):
             work = partial(_work, self._get_into, self._retries_itself, self._todo, self._done)
             self._threads.append(gate.start(work, name=f"shardstream-get-many_{len(self._threads)}"))
@@ -169,9 +184,7 @@ class ThreadedGets:
         self._threads.clear()
 
 
-def _end_threads(
-    todo: queue.SimpleQueue[tuple[object, str, float] | None], threads: list[threading.Thread]
-) -> None:
+def _end_threads(todo: queue.SimpleQueue[_Todo | None], threads: list[threading.Thread]) -> None:
     """Tell each of ``threads`` to end once it has taken what is before it in ``todo``."""
     for _ in threads:
         todo.put(None)
@@ -180,7 +193,7 @@ def _end_threads(
 def _work(
     get_into: GetInto,
     retries_itself: bool,
-    todo: queue.SimpleQueue[tuple[object, str, float] | None],
+    todo: queue.SimpleQueue[_Todo | None],
     done: queue.SimpleQueue[Outcome | None],
 ) -> None:
     """A thread of :class:`ThreadedGets`: requests from ``todo`` until None, outcomes to ``done``."""
@@ -188,11 +201,11 @@ def _work(
         item = todo.get()
         if item is None:
             return
-        token, url, started = item
+        token, url, offset, length, started = item
         sink = bytearray()
         with gate.busy():  # a fork waits for a GET in flight (see shardstream.forks)
             try:
-                get_into(url, sink)
+                get_into(url, sink, offset=offset, length=length)
             except TransientSourceError as exc:
                 kind = FAILED if retries_itself else THROTTLED if is_throttle(exc) else RETRY
                 done.put(Outcome(token, kind, b"", exc, started))

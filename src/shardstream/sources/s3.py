@@ -20,7 +20,7 @@ from collections import Counter
 from typing import BinaryIO, cast
 
 from ..config import UNSET
-from ..errors import ConfigurationError, SourceError, redact_url
+from ..errors import ConfigurationError, SourceError, TransientSourceError, redact_url
 from ..forks import ForkSafeLock
 from ..net.multiplex import AVAILABLE as MULTIPLEX_AVAILABLE
 from ..net.pool import ConnectionPool
@@ -30,7 +30,7 @@ from ._resume import Opened, ResumableReader, range_header
 from ._retry import RetryPolicy
 from ._s3_errors import _CODES as _CODES
 from ._s3_errors import code_in, error_code, s3_error
-from ._s3_many import S3Gets
+from ._s3_many import S3Gets, content_range
 from ._s3_signing import S3Addressing, _is_aws, parse_s3_url
 from ._s3_writer import S3Writer
 from ._sigv4 import SigV4Signer
@@ -210,17 +210,31 @@ class S3Source(S3Addressing, SourceBase):
         except Exception as exc:
             raise self.translate(exc, url) from exc
 
-    def get_into(self, url: str, sink: bytearray, *, etag: str | None = None) -> str | None:
-        """One signed GET of the whole object ``url`` appended to ``sink``, resuming after the
-        bytes already there (a ``Range`` request, with ``If-Match: etag`` when given); returns
-        the object's ETag. No retries (the object fetcher retries, so that throttling lowers its
-        concurrency); failures are shardstream errors, and body bytes that arrived before a
-        failure stay in ``sink``. About a third of ``open_once``'s client CPU (see
-        :mod:`shardstream.net.whole`)."""
+    def get_into(
+        self,
+        url: str,
+        sink: bytearray,
+        *,
+        etag: str | None = None,
+        offset: int = 0,
+        length: int | None = None,
+    ) -> str | None:
+        """One signed GET of ``url`` (the whole object, or bytes ``[offset, offset + length)``)
+        appended to ``sink``, resuming after the bytes of it already there (a ``Range`` request,
+        with ``If-Match: etag`` when given); returns the object's ETag. No retries (the object
+        fetcher retries, so that throttling lowers its concurrency); failures are shardstream
+        errors, and body bytes that arrived before a failure stay in ``sink``. About a third of
+        ``open_once``'s client CPU (see :mod:`shardstream.net.whole`). The answers to a range
+        are read as :mod:`._s3_many` reads them (a 200 is cut to the range, a 416 is no bytes)."""
         start = len(sink)
+        at = offset + start
+        end = None if length is None else offset + length
+        if end is not None and start and at >= end:
+            return etag  # (a resume of a range that is complete)
+        ranged = bool(at) or end is not None
         try:
-            if start or etag:  # a resume, or a version to check: Range / If-Match
-                headers = self._get_headers(url, start, None, etag)
+            if ranged or etag:  # a range, a resume, or a version to check: Range / If-Match
+                headers = self._get_headers(url, at, end, etag)
                 address, _, path, signature = self._signed_parts("GET", url)
                 signature.update(headers)
                 resp = self.whole.get(address, path, signature, sink)
@@ -235,11 +249,23 @@ class S3Source(S3Addressing, SourceBase):
         if status >= 300:
             body = bytes(sink[start:])
             del sink[start:]
-            if status == 416 and start:  # the range starts at the end: nothing was missing
+            if status == 416 and ranged:  # the range starts at or past the end: no bytes there
                 return resp.headers.get("etag") or etag
             raise s3_error(status, code_in(body), url, endpoint=self.endpoint_url)
-        if status == 200 and start:  # the server ignored the Range: the body is the whole object
-            del sink[:start]
+        if status == 200 and at:  # the server ignored the Range: the body is the whole object
+            del sink[start : start + at]
+        elif status == 206:
+            found = content_range(resp.headers.get("content-range"))
+            if found is None or found[0] != at:
+                del sink[start:]
+                raise TransientSourceError(
+                    f"{redact_url(url)}: a GET of bytes {at}-{'' if end is None else end - 1} was "
+                    f"answered with Content-Range {resp.headers.get('content-range')!r}; retried (if "
+                    "it persists, the server or a proxy in front of it mishandles Range requests)",
+                    url=url,
+                )
+        if end is not None and len(sink) - start > end - at:  # (an empty range asked for one byte)
+            del sink[start + end - at :]
         return resp.headers.get("etag") or etag
 
     def open(self, url: str, *, offset: int = 0, length: int | None = None) -> BinaryIO:
@@ -262,7 +288,7 @@ class S3Source(S3Addressing, SourceBase):
         return PendingOpen(functools.partial(self.open, url, offset=offset, length=length))
 
     def get_many(self, *, window: int) -> ManyGets:
-        """Whole objects many at a time on this thread's ``epoll`` loop (:mod:`._s3_many`);
+        """Whole objects or byte ranges many at a time on this thread's ``epoll`` loop (:mod:`._s3_many`);
         where ``epoll`` is missing, the default (``get_into`` on threads)."""
         if MULTIPLEX_AVAILABLE:
             return S3Gets(self)

@@ -26,13 +26,16 @@ class Cursor:
     Attributes:
         start: byte offset where the sample just yielded begins (its first member).
         next: byte offset where the following sample begins, or -1 when the shard has ended.
+        key: the key of the sample just yielded (``None`` before the first), so a saved position
+            can name the sample it follows and a restore can check the shard still holds it.
     """
 
-    __slots__ = ("start", "next")
+    __slots__ = ("start", "next", "key")
 
     def __init__(self) -> None:
         self.start = 0
         self.next = 0
+        self.key: str | None = None
 
 
 def split_key(name: str) -> tuple[str, str] | None:
@@ -94,7 +97,7 @@ def group_samples(
                 ext = ext.lower()
             if prefix != key or sample is None:
                 if sample is not None:
-                    cursor.start, cursor.next = start, offset
+                    cursor.start, cursor.next, cursor.key = start, offset, key
                     yield sample
                 start = offset
                 key = prefix
@@ -119,9 +122,9 @@ def group_samples(
         if sample is not None and err.member is not None:
             parts = split_key(err.member)
             if parts is not None and parts[0] != key:
-                cursor.start, cursor.next = start, -1
+                cursor.start, cursor.next, cursor.key = start, -1, key
                 yield sample
         raise
     if sample is not None:
-        cursor.start, cursor.next = start, -1
+        cursor.start, cursor.next, cursor.key = start, -1, key
         yield sample

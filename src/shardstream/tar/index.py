@@ -1,22 +1,37 @@
-"""The shard index ``_info.json``: per-shard sample counts written next to the shards.
+"""The shard index ``_info.json``: per-shard sample counts, and where each sample lies, next to the shards.
 
 Format (version 1)::
 
     {"format": "shardstream-index", "version": 1,
-     "shards": [{"url": "train-000000.tar", "samples": 1000, "bytes": 52428800}, ...]}
-
-Entries written by ``shardstream index`` also hold ``offsets`` (where each sample starts) and
-``extensions`` (samples per extension); readers of version 1 ignore keys they do not know.
+     "shards": [{"url": "train-000000.tar", "samples": 1000, "bytes": 52428800,
+                 "offsets": [0, 52736, ...], "sizes": [52736, 40448, ...]}, ...]}
 
 ``url`` is the shard's basename, so a directory of shards and its index can be moved or copied
 (to S3, say) together. Splitting code uses the counts to compute ``len()`` and equal batch counts
 per rank without opening the shards.
+
+Optional keys (readers of version 1 ignore keys they do not know, so older readers still read
+indexes that have them):
+
+* ``offsets``: the byte offset where each sample starts (its first member's first header), in
+  the uncompressed tar stream; resume and ``TarFormat.sample_at`` seek there.
+* ``sizes``: each sample's bytes from its offset: all its members, headers and padding
+  included, so bytes ``[offset, offset + size)`` parsed as tar give exactly that sample (the
+  random access of ``ShardDataset``). Written for uncompressed shards only (a range of a
+  compressed stream cannot be read alone). A sample's range may also hold members that belong
+  to no sample (``__meta__``), and the last sample's range may end with the end-of-archive
+  blocks (shards written by other tools may pad them); parsing skips both.
+* ``extensions``: samples per extension.
+
+Every writer records ``offsets`` and ``sizes`` as it writes (``ShardWriter``, ``pack``, the Ray
+writer); ``shardstream index`` writes the same keys for shards written elsewhere.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any, TypedDict
 
@@ -28,6 +43,7 @@ __all__ = [
     "INDEX_NAME",
     "IndexEntry",
     "index_url",
+    "sample_sizes",
     "read_index",
     "read_index_entries",
     "write_index",
@@ -48,11 +64,18 @@ class _RequiredEntry(TypedDict):
 
 class IndexEntry(_RequiredEntry, total=False):
     """One shard in the index: ``url``, ``samples``, ``bytes`` (``-1``: unknown); optionally
-    ``offsets`` (the byte offset where each sample starts, as resume and ``sample_at`` use them)
-    and ``extensions`` (samples per extension), written by ``shardstream index``."""
+    ``offsets`` (the byte offset where each sample starts), ``sizes`` (each sample's bytes from
+    there) and ``extensions`` (samples per extension); see the module doc."""
 
     offsets: list[int]
+    sizes: list[int]
     extensions: dict[str, int]
+
+
+def sample_sizes(offsets: list[int], end: int) -> list[int]:
+    """Each sample's size from the offsets where samples start and ``end``, the offset of the
+    shard's end-of-archive blocks (its uncompressed size less 1024 for shards we write)."""
+    return [b - a for a, b in zip(offsets, [*offsets[1:], end], strict=True)]
 
 
 def index_url(url_or_dir: str) -> str:
@@ -78,6 +101,10 @@ def read_index_entries(
     url = index_url(url_or_dir)
     with open_url(url, storage_options=storage_options) as stream:
         raw = stream.read()
+    return _entries(url, raw)
+
+
+def _entries(url: str, raw: bytes) -> list[IndexEntry]:
     try:
         data = json.loads(raw)
     except ValueError as exc:
@@ -97,6 +124,12 @@ def read_index_entries(
             entry = IndexEntry(url=str(item["url"]), samples=int(item["samples"]), bytes=int(item["bytes"]))
             if "offsets" in item:
                 entry["offsets"] = [int(o) for o in item["offsets"]]
+            if "sizes" in item:
+                entry["sizes"] = [int(n) for n in item["sizes"]]
+                if len(entry["sizes"]) != len(entry.get("offsets", ())):
+                    raise ValueError(
+                        f"{len(entry['sizes'])} sizes for {len(entry.get('offsets', ()))} offsets"
+                    )
             if "extensions" in item:
                 entry["extensions"] = {str(k): int(v) for k, v in dict(item["extensions"]).items()}
             entries.append(entry)
@@ -108,9 +141,28 @@ def read_index_entries(
     return entries
 
 
+#: An entry as :func:`write_index` writes it: ``{"url": "<name>", "samples": <n>, ...``.
+_COUNT = re.compile(rb'\{"url": "([^"\\]*)", "samples": (\d+)')
+
+
 def read_index(url_or_dir: str, *, storage_options: Mapping[str, Any] | None = None) -> dict[str, int]:
-    """Map each shard's basename to its sample count (see :func:`read_index_entries`)."""
-    return {e["url"]: e["samples"] for e in read_index_entries(url_or_dir, storage_options=storage_options)}
+    """Map each shard's basename to its sample count (see :func:`read_index_entries`).
+
+    Every rank and worker of a job reads the counts, so an index written by :func:`write_index`
+    takes a scan for its ``url``/``samples`` pairs instead of a full JSON parse, which builds a
+    dict per entry: for a million shards (a 68 MB index) 1.2 s and 140 MB (peak 200 MB with the
+    file's bytes), against 1.9 s and 370 MB (peak 580 MB), measured on 2 busy cores. Anything
+    else (another writer's layout, names with escapes) is parsed in full.
+    """
+    url = index_url(url_or_dir)
+    with open_url(url, storage_options=storage_options) as stream:
+        raw = stream.read()
+    head = raw[:200]
+    if f'"format": "{INDEX_FORMAT}", "version": {_VERSION}'.encode() in head:
+        found = {m.group(1).decode(): int(m.group(2)) for m in _COUNT.finditer(raw)}
+        if len(found) == raw.count(b'"url":'):  # every entry matched (and no name twice)
+            return found
+    return {e["url"]: e["samples"] for e in _entries(url, raw)}
 
 
 def write_index(

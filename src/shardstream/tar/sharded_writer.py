@@ -7,8 +7,9 @@ single sample that alone is larger. Sizes are counted on the uncompressed tar st
 compressed size is not known until the compressor flushes); compression almost always shrinks
 the stream, so compressed shards also stay within ``maxsize`` in practice.
 
-When it closes, the writer records each shard's sample count and size in ``_info.json`` next to
-the shards (see :mod:`shardstream.tar.index`).
+When it closes, the writer records each shard's sample count and size, and each sample's byte
+offset and size, in ``_info.json`` next to the shards (see :mod:`shardstream.tar.index`), so
+every dataset it writes can be read at random (``ShardDataset``) without an indexing pass.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import IO, Any
 
 from ..errors import ConfigurationError, SourceError
 from .index import IndexEntry, write_index
-from .writer import END_OF_ARCHIVE, TarWriter
+from .writer import END_OF_ARCHIVE, Abortable, TarWriter
 
 __all__ = ["ShardWriter"]
 
@@ -156,9 +157,7 @@ class ShardWriter:
             self._stream.close()
             self._stream = None
         assert self.fname is not None
-        self.shards.append(
-            IndexEntry(url=_split_url(self.fname)[1], samples=self.count, bytes=writer.bytes_written)
-        )
+        self.shards.append(writer.index_entry(_split_url(self.fname)[1]))
         if callable(self.post):
             self.post(self.fname)
 
@@ -182,4 +181,18 @@ class ShardWriter:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        if exc_type is not None:
+            self.abort()
         self.close()
+
+    def abort(self) -> None:
+        """Discard the shard being written (it is never published); the shards finished before
+        it stay, and :meth:`close` still indexes them."""
+        writer, self.tarstream = self.tarstream, None
+        if writer is not None:
+            writer.abort()
+        stream, self._stream = self._stream, None
+        if isinstance(stream, Abortable):
+            stream.abort()
+        elif stream is not None:
+            stream.close()

@@ -22,13 +22,14 @@ import tarfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import IO, Any, BinaryIO, Literal, Protocol, cast
+from typing import IO, Any, BinaryIO, Literal, Protocol, cast, runtime_checkable
 
 from ..errors import ConfigurationError
 from ..sources import create_url
 from .encoders import EncoderSpec, make_encoder
+from .index import IndexEntry
 
-__all__ = ["END_OF_ARCHIVE", "EncodedSample", "TarWriter", "check_key"]
+__all__ = ["END_OF_ARCHIVE", "Abortable", "EncodedSample", "TarWriter", "check_key"]
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,14 @@ class EncodedSample:
     key: str
     members: tuple[tuple[bytes, Bytes], ...]
     nbytes: int
+
+
+@runtime_checkable
+class Abortable(Protocol):
+    """A writable stream that can be discarded instead of published (the writers of
+    ``create_url``: a local file's temporary name, an S3 multipart upload)."""
+
+    def abort(self) -> None: ...
 
 
 class _Sink(Protocol):
@@ -164,6 +173,10 @@ class TarWriter:
         self.offset = 0
         #: Samples written so far.
         self.count = 0
+        #: Where each sample written so far starts, and its bytes (headers and padding
+        #: included), in the uncompressed archive: what ``_info.json`` records for random access.
+        self.offsets: list[int] = []
+        self.sizes: list[int] = []
 
     # -- context manager ------------------------------------------------------------------------
 
@@ -173,7 +186,10 @@ class TarWriter:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self.close()
+        if exc_type is not None and self.own_fileobj is not None:
+            self.abort()  # a shard cut short by an error is never published
+        else:
+            self.close()
 
     # -- writing --------------------------------------------------------------------------------
 
@@ -240,6 +256,8 @@ class TarWriter:
             pad = -len(payload) % _BLOCK
             if pad:
                 out.write(_ZEROS[:pad])
+        self.offsets.append(self.offset)
+        self.sizes.append(encoded.nbytes)
         self.offset += encoded.nbytes
         self.count += 1
         return encoded.nbytes
@@ -261,6 +279,16 @@ class TarWriter:
         """Bytes written to the underlying stream so far (after compression)."""
         return self._raw.count
 
+    def index_entry(self, name: str) -> IndexEntry:
+        """This shard's ``_info.json`` entry under basename ``name``: counts, bytes and each
+        sample's offset, with sizes when the shard is uncompressed (see :mod:`.index`). Call it
+        after :meth:`close` for the final byte count."""
+        entry = IndexEntry(url=name, samples=self.count, bytes=self.bytes_written)
+        entry["offsets"] = list(self.offsets)
+        if self._compressor is None:
+            entry["sizes"] = list(self.sizes)
+        return entry
+
     def close(self) -> None:
         """Finish the archive; close the stream if this writer opened it. Idempotent."""
         if self.closed:
@@ -273,6 +301,19 @@ class TarWriter:
         if self.own_fileobj is not None:
             self.own_fileobj.close()
             self.own_fileobj = None
+
+    def abort(self) -> None:
+        """Stop without publishing: a stream this writer opened is discarded (a local file's
+        temporary name is removed, an S3 multipart upload aborted); a caller's stream is left
+        as it is, unfinished. Idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        own, self.own_fileobj = self.own_fileobj, None
+        if isinstance(own, Abortable):
+            own.abort()
+        elif own is not None:
+            own.close()
 
     @staticmethod
     def tarmode(fileobj: str | IO[bytes] | BinaryIO, compress: bool | str | None = None) -> str:

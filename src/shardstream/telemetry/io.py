@@ -2,17 +2,16 @@
 
 The reading node of an instrumented pass reads through :class:`TimedSource` (installed in a
 copy of its stage, never in the user's), whose opens and reads add to the recorder's I/O time,
-byte and open counts. Retries and throttles are counted from the lines the resumable reader
-logs for each retry (:func:`retry_counter` installs one handler on its logger per process).
+byte and open counts. Retries and throttles are counted where they happen, by the sources and
+the fetch engine (:data:`shardstream.sources.FAULTS`), at every log level.
 """
 
 from __future__ import annotations
 
-import logging
 import time
 from typing import Any, BinaryIO, Protocol
 
-from ..forks import ForkSafeLock
+from ..faults import FAULTS, FaultCounts
 
 __all__ = ["IoCounters", "TimedSource", "retry_counter"]
 
@@ -97,38 +96,7 @@ class _TimedPending:
         self._pending.cancel()
 
 
-class _RetryCounter(logging.Handler):
-    """Counts the resumable reader's retry lines in this process (throttles: 429, 503, SlowDown)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.retries = self.throttles = 0
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if (
-            record.module != "_resume"
-            or not isinstance(record.msg, str)
-            or not record.msg.startswith("retry ")
-        ):
-            return
-        self.retries += 1
-        error = record.args[-1] if isinstance(record.args, tuple) and record.args else None
-        text = str(error).lower()
-        if getattr(error, "status", None) in (429, 503) or "slowdown" in text or "throttl" in text:
-            self.throttles += 1
-
-
-# Forked children inherit the counter with the parent's counts: recorders keep a baseline.
-_counter_lock = ForkSafeLock()
-_counter: _RetryCounter | None = None
-
-
-def retry_counter() -> _RetryCounter:
-    """This process's retry counter (installed on the resumable reader's logger on first use)."""
-    global _counter
-    with _counter_lock:
-        if _counter is None:
-            _counter = _RetryCounter()
-            # The resumable reader (sources/_resume.py) logs on "shardstream.sources".
-            logging.getLogger("shardstream.sources").addHandler(_counter)
-        return _counter
+def retry_counter() -> FaultCounts:
+    """This process's retry and throttle counts (:data:`shardstream.sources.FAULTS`), counted
+    where the retries happen: a recorder keeps the counts at its start as a baseline."""
+    return FAULTS

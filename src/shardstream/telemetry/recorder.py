@@ -17,8 +17,8 @@ also gets a timed source, which splits its time into waiting for bytes (``io``: 
 calls, timed exactly) and parsing tar members into samples (``read tar``). The last node is
 always timed as a whole: the time the consumer waits for the pipeline.
 
-Retries and throttles are counted from the retry lines the resumable reader logs
-(``_telemetry_io.py``); cache hits and misses come from a caching source's counters.
+Retries and throttles are counted where they happen, by the sources and the fetch engine
+(:data:`shardstream.sources.FAULTS`); cache hits and misses come from a caching source's counters.
 """
 
 from __future__ import annotations

@@ -56,7 +56,9 @@ def process_view(schema: Sequence[Sequence[str]], raw: Sequence[Any]) -> dict[st
             samples = items
             number, _, name = label.partition(":")
             stages.append(_stage(f"{number}:io", "io", io_ns, items, 0))
-            stages.append(_stage(f"{number}:{name} tar", "tar", max(0, ns - below), items, skipped))
+            # The rest of the reader's time: parsing tar members, or assembling fetched objects.
+            rest = "tar" if name == "read" else "assemble"
+            stages.append(_stage(f"{number}:{name} {rest}", rest, max(0, ns - below), items, skipped))
             below = max(below, ns) + io_ns
             continue
         if mode == "own":

@@ -1,0 +1,283 @@
+"""Random access into tar shards on S3 (issue 26): ShardDataset by byte range against its peers.
+
+A local SeaweedFS holds one dataset twice: 20 tar shards x 200 samples (one ``bin`` field of
+20-100 KB each, ``_info.json`` with each sample's offset and size, as ShardWriter writes it) and
+the same 4,000 samples as single objects (``{key}.bin``). Random sample numbers are read in
+batches of 32 (``__getitems__``, in this process) by:
+
+(a) the wids way: every shard touched is first downloaded whole (one GET of the object into a
+    temp directory, as ``wids`` does), then the sample is read from the local file (its members
+    found with ``tarfile``, the shard's listing kept for later samples of it); the download cache
+    starts empty in each pass, as for a job that samples a dataset it has not downloaded;
+(b) ``ss.ObjectDataset`` over the single objects (one whole-object GET per sample);
+(c) ``ss.ShardDataset`` over the shards (one ranged GET per sample; its LRU is cleared between
+    passes so that no pass is served from memory).
+
+Two workloads: *sparse*, 100 random samples per pass (a cold start that touches most shards once
+or twice: what random access costs when the data is not local), and *epoch*, a random
+permutation of all 4,000 (where wids' downloads are amortised over every sample of a shard).
+Bytes read at the server per sample are counted by a pass-through proxy in front of SeaweedFS
+(the test suite's ``FaultProxy``), in a separate untimed pass, and compared with the samples'
+own bytes (the ``bin`` payload; the tar headers of a sample are 1 KB of its range).
+
+    python benchmarks/bench_random_access.py --markdown benchmarks/results/bench_random_access.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import shutil
+import sys
+import tarfile
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "integration"))
+
+from _common import emit_report, machine_line, paired_ratio, run_alternating  # noqa: E402
+
+BUCKET = "bench-random"
+SHARDS, PER_SHARD, BATCH = 20, 200, 32
+SAMPLES = SHARDS * PER_SHARD
+
+
+def _payload(i: int) -> bytes:
+    size = 20_000 + (i * 7_919) % 80_000  # 20-100 KB, spread evenly
+    return (i.to_bytes(4, "little") * (size // 4 + 1))[:size]
+
+
+def populate(server: Any, root: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    import shardstream as ss
+
+    server.create_bucket(BUCKET)
+    local = root / "shards"
+    local.mkdir()
+    with ss.ShardWriter(str(local / "part-%06d.tar"), maxcount=PER_SHARD) as sink:
+        for i in range(SAMPLES):
+            sink.write({"__key__": f"s{i:05d}", "bin": _payload(i)})
+    client = server.client()
+    files = sorted(local.iterdir())
+
+    def put_file(path: Path) -> None:
+        client.put_object(Bucket=BUCKET, Key=f"shards/{path.name}", Body=path.read_bytes())
+
+    def put_object(i: int) -> None:
+        client.put_object(Bucket=BUCKET, Key=f"objects/s{i:05d}.bin", Body=_payload(i))
+
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(put_file, files))
+        list(pool.map(put_object, range(SAMPLES)))
+    shutil.rmtree(local)
+
+
+class WholeShards:
+    """The wids way: download each touched shard whole into ``directory``, then read samples
+    from the local file (members listed once per shard with ``tarfile``)."""
+
+    def __init__(self, options: dict[str, Any], directory: Path) -> None:
+        self.options, self.directory = options, directory
+        self.listings: dict[int, dict[str, tuple[int, int]]] = {}
+        self.downloaded = 0
+
+    def reset(self) -> None:
+        shutil.rmtree(self.directory, ignore_errors=True)
+        self.directory.mkdir(parents=True)
+        self.listings.clear()
+
+    def _shard(self, k: int) -> dict[str, tuple[int, int]]:
+        listing = self.listings.get(k)
+        if listing is None:
+            from shardstream.sources import open_url
+
+            path = self.directory / f"part-{k:06d}.tar"
+            with open_url(f"s3://{BUCKET}/shards/part-{k:06d}.tar", storage_options=self.options) as stream:
+                data = stream.read()
+            path.write_bytes(data)
+            self.downloaded += len(data)
+            with tarfile.open(path) as tar:
+                listing = {m.name: (m.offset_data, m.size) for m in tar.getmembers()}
+            self.listings[k] = listing
+        return listing
+
+    def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
+        out = []
+        for i in indices:
+            k = i // PER_SHARD
+            offset, size = self._shard(k)[f"s{i:05d}.bin"]
+            with open(self.directory / f"part-{k:06d}.tar", "rb") as f:
+                f.seek(offset)
+                out.append({"__key__": f"s{i:05d}", "bin": f.read(size)})
+        return out
+
+
+def _batches(order: list[int]) -> list[list[int]]:
+    return [order[k : k + BATCH] for k in range(0, len(order), BATCH)]
+
+
+def _pass(
+    read: Callable[[list[int]], list[Any]], order: list[int], before: Callable[[], None]
+) -> Callable[[], int]:
+    def run() -> int:
+        before()
+        n = 0
+        for batch in _batches(order):
+            got = read(batch)
+            n += len(got)
+        return n
+
+    return run
+
+
+def contenders(options: dict[str, Any], scratch: Path) -> tuple[Any, Any, Any]:
+    import shardstream as ss
+
+    shards = ss.ShardDataset(
+        f"s3://{BUCKET}/shards/part-{{000000..{SHARDS - 1:06d}}}.tar", storage_options=options
+    )
+    objects = ss.ObjectDataset(f"s3://{BUCKET}/objects/", storage_options=options)
+    whole = WholeShards(options, scratch / "wids")
+    return whole, objects, shards
+
+
+def check_same(whole: Any, objects: Any, shards: Any) -> None:
+    """The three sides return the same bytes for the same sample numbers."""
+    picks = random.Random(7).sample(range(SAMPLES), 40)
+    whole.reset()
+    a = [s["bin"] for s in whole.__getitems__(picks)]
+    b = [s["bin"] for s in objects.__getitems__(picks)]
+    c = [s["bin"] for s in shards.__getitems__(picks)]
+    if not a == b == c == [_payload(i) for i in picks]:
+        raise RuntimeError("the contenders disagree on the samples' bytes")
+
+
+def server_bytes(server: Any, scratch: Path, order: list[int]) -> dict[str, tuple[int, int]]:
+    """(requests, response bytes) at a pass-through proxy for one pass of each side."""
+    from _faults import FaultProxy
+
+    out: dict[str, tuple[int, int]] = {}
+    with FaultProxy(server.endpoint_url) as proxy:
+        options = server.options_for(endpoint_url=proxy.url)
+        whole, objects, shards = contenders(options, scratch)
+        for name, side in (
+            ("(a) wids-style", whole),
+            ("(b) ObjectDataset", objects),
+            ("(c) ShardDataset", shards),
+        ):
+            if name.startswith("(a)"):
+                whole.reset()
+            proxy.clear()
+            for batch in _batches(order):
+                side.__getitems__(batch)
+            out[name] = (sum(proxy.requests.values()), proxy.response_bytes)
+        objects.close()
+        shards.close()
+    return out
+
+
+def _weed_chunks(megabytes: int) -> None:
+    """Add ``-filer.maxMB`` to the ``weed`` command line SeaweedS3 starts (bench-only experiment)."""
+    import subprocess
+
+    import shardstream.testing.seaweed as seaweed
+
+    real = subprocess.Popen
+
+    class Popen(real):  # type: ignore[misc, type-arg]
+        def __init__(self, args: Any, *rest: Any, **kw: Any) -> None:
+            if args and str(args[0]).endswith("weed"):
+                args = [*args, f"-filer.maxMB={megabytes}"]
+            super().__init__(args, *rest, **kw)
+
+    seaweed.subprocess.Popen = Popen  # type: ignore[misc]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds")
+    parser.add_argument("--markdown", type=Path, help="also write the results as Markdown here")
+    parser.add_argument(
+        "--chunk-mb",
+        type=int,
+        help="start SeaweedFS with -filer.maxMB=N (it stores objects in chunks of 4 MB by default and "
+        "reads a whole chunk to serve a range of it)",
+    )
+    args = parser.parse_args(argv)
+
+    from shardstream.testing.seaweed import SeaweedS3
+
+    if args.chunk_mb:
+        _weed_chunks(args.chunk_mb)
+
+    with tempfile.TemporaryDirectory() as tmp, SeaweedS3(Path(tmp) / "weed") as server:
+        scratch = Path(tmp)
+        populate(server, scratch)
+        options = server.storage_options
+        whole, objects, shards = contenders(options, scratch)
+        check_same(whole, objects, shards)
+        chunks = f"-filer.maxMB={args.chunk_mb}" if args.chunk_mb else "its default"
+        rng = random.Random(0)
+        sparse = rng.sample(range(SAMPLES), 100)
+        epoch = rng.sample(range(SAMPLES), SAMPLES)
+        lines = [
+            "# bench_random_access: random samples from tar shards on S3",
+            "",
+            f"- {machine_line()}; SeaweedFS on loopback (same 2 cores)",
+            f"- {SHARDS} shards x {PER_SHARD} samples of one 20-100 KB field (mean 60 KB), the same "
+            f"samples also as {SAMPLES} single objects; batches of {BATCH} through `__getitems__` in "
+            f"this process; best of {args.rounds} alternating rounds; SeaweedFS chunk size "
+            f"{args.chunk_mb or 4} MB ({chunks})",
+            "",
+        ]
+        for label, order, rounds in (
+            ("sparse: 100 random samples, cold", sparse, args.rounds),
+            ("epoch: all 4,000 in a random order", epoch, max(1, args.rounds - 1)),
+        ):
+            print(f"== {label}")
+            cases = [
+                ("(a) wids-style whole shards", _pass(whole.__getitems__, order, whole.reset)),
+                ("(b) ObjectDataset", _pass(objects.__getitems__, order, lambda: None)),
+                ("(c) ShardDataset", _pass(shards.__getitems__, order, shards.reader.close)),
+            ]
+            sides = run_alternating(cases, rounds=rounds, expect=len(order), min_time=0.0)
+            by = {s.name: s for s in sides}
+            counted = server_bytes(server, scratch, order)
+            own = sum(len(_payload(i)) for i in order) / len(order)
+            lines += [
+                f"## {label}",
+                "",
+                "| contender | samples/s | CPU-s / 1k samples | GETs / sample | bytes at the server / sample "
+                "| / the sample's bytes |",
+                "|---|---:|---:|---:|---:|---:|",
+            ]
+            for s, (gets, nbytes) in zip(sides, counted.values(), strict=True):
+                m = s.best
+                lines.append(
+                    f"| {s.name} | {m.rate:,.0f} | {m.cpu_per_1k:.2f} | {gets / len(order):.2f} | "
+                    f"{nbytes / len(order):,.0f} | {nbytes / len(order) / own:.2f}x |"
+                )
+            ours = by["(c) ShardDataset"]
+            lines.append("")
+            for other, target in (("(a) wids-style whole shards", ">= 5x"), ("(b) ObjectDataset", ">= 0.8x")):
+                best, paired = paired_ratio(ours, by[other], lambda m: m.rate)
+                lines.append(
+                    f"- ShardDataset / {other}: **{best:.2f}x** "
+                    f"(median per round {paired:.2f}x; target {target})"
+                )
+            lines.append(
+                f"- mean sample: {own:,.0f} bytes of payload (+ 1,024 bytes of tar headers in its range)"
+            )
+            lines.append("")
+        objects.close()
+        shards.close()
+    emit_report(lines, args.markdown)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

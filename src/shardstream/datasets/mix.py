@@ -1,0 +1,133 @@
+"""``ss.Mix``: several datasets interleaved in set proportions, exactly and resumably.
+
+::
+
+    import shardstream as ss
+
+    mix = ss.Mix(
+        [ss.Dataset(laion, split="equal"), ss.Dataset(cc12m, split="equal"), ss.Dataset(coyo, split="equal")],
+        weights=[0.5, 0.3, 0.2],
+        stop="all_exhausted",
+    ).shuffle(1000).decode("rgb8").to_tuple("jpg", "txt").batched(64)
+
+The order is the low-discrepancy interleave of :mod:`shardstream.shards.mixing`: after any number
+of items each source has its weight's share up to about one item, in every window. Each source
+keeps its own shards, split, shuffle and seed; the mixture's state holds every source's state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..errors import ConfigurationError
+from ..pipeline.batch import Batched
+from ..pipeline.fluent import FluidInterface
+from ..pipeline.mix import MixSource
+from ..pipeline.pipeline import DataPipeline
+from ..shards.mixing import balanced_count, phases
+from ..shards.world import World
+
+__all__ = ["Mix"]
+
+STOPS = ("first_exhausted", "all_exhausted", "never", "longest")
+
+
+class Mix(DataPipeline, FluidInterface):
+    """Items of several datasets interleaved in the given proportions, deterministically for a seed.
+
+    Args:
+        datasets: the sources: ``Dataset``, ``WebDataset`` or any ``DataPipeline``, each with its
+            own shards, ``split=``, shuffles and seed (a source's ``repeat()``/``with_epoch()``
+            is refused: the mixture runs the passes, by ``stop``).
+        weights: one positive weight per source, normalised (default: equal). A weight above a
+            source's share of the data repeats that source (upsampling) under
+            ``"all_exhausted"`` and ``"never"``.
+        seed: seed of the interleave's phases (the same on every rank and worker) and of
+            the stages composed after the mixture (``.shuffle()``). Default 0.
+        stop: when the mixture's epoch ends:
+
+            * ``"first_exhausted"`` (default): when any source ends its epoch; nothing repeats.
+            * ``"all_exhausted"``: a source that ends starts its next epoch (its own shard order)
+              until every source has ended at least once.
+            * ``"never"``: endless; every source restarts when it ends (use ``.with_epoch(n)``
+              or a step count).
+            * ``"longest"``: a source that ends leaves, the others go on (weights
+              renormalised) until all have ended: each sample once.
+
+        world: an explicit ``World`` for the mixture and its stages (a source's own ``world=``
+            wins for that source).
+        telemetry: time the mixture (one ``mix`` stage: its sources' reading) and the stages
+            after it.
+
+    With DataLoader workers or ``ss.Loader(num_workers=M)``, each worker mixes its own share of
+    every source. With ``split="equal"`` sources every rank then yields the same number of
+    items (the shares, and so the interleave, are the same on every rank).
+    """
+
+    def __init__(
+        self,
+        datasets: Sequence[DataPipeline],
+        weights: Sequence[float] | None = None,
+        *,
+        seed: int | None = 0,
+        stop: str = "first_exhausted",
+        world: World | None = None,
+        telemetry: bool | None = None,
+    ) -> None:
+        super().__init__(seed=seed, world=world, telemetry=telemetry)
+        if stop not in STOPS:
+            raise ConfigurationError(f"stop={stop!r} is unknown; use one of {', '.join(map(repr, STOPS))}")
+        self.datasets = list(datasets)
+        for i, ds in enumerate(self.datasets):
+            if not isinstance(ds, DataPipeline):
+                raise ConfigurationError(
+                    f"source {i} of the mixture is a {type(ds).__name__}; pass ss.Dataset, WebDataset or "
+                    "DataPipeline sources (their state is part of the mixture's)"
+                )
+            if ds.repetitions != 1 or ds.nsamples > 0:
+                raise ConfigurationError(
+                    f"source {i} of the mixture has repeat() or with_epoch(); the mixture runs each "
+                    "source's passes itself: drop it and choose stop='all_exhausted' or 'never' (or "
+                    "call with_epoch() on the mixture)"
+                )
+        self.mix = MixSource(self.datasets, weights, stop=stop, seed=seed)
+        self.append(self.mix)
+
+    def compose(self, *stages: Any) -> Any:
+        return DataPipeline.compose(self, *stages)
+
+    def fingerprint(self) -> dict[str, Any]:
+        """Stages, seed and the mixture: number of sources, weights, stop rule, each source's own."""
+        return {**DataPipeline.fingerprint(self), "seed": self.seed, **self.mix.fingerprint()}
+
+    def __len__(self) -> int:
+        """Items per rank per epoch, when every source's length is known (a planned ``split=``).
+
+        Exact in one process (no workers, or ``ss.Loader`` threads). With DataLoader workers each
+        worker mixes its own share, so the total may differ by a few items per worker (the same
+        on every rank). Batching stages composed after the mixture are taken into account.
+        """
+        if self.size is not None:
+            return self.size
+        stop = self.mix.stop
+        if stop == "never":
+            raise TypeError("an endless mixture (stop='never') has no length; use .with_epoch(n)")
+        sizes = []
+        for i, ds in enumerate(self.datasets):
+            try:
+                sizes.append(len(ds))
+            except TypeError as exn:
+                raise TypeError(
+                    f"the mixture's length needs every source's: source {i}'s is unknown ({exn}); give "
+                    "the sources a planned split (split='equal' or 'exact') or with_length(n)"
+                ) from exn
+        if stop == "longest":
+            n = sum(sizes)
+        else:
+            weights, phase = self.mix.weights, phases(len(sizes), self.seed)
+            n = balanced_count(weights, phase, sizes, last=stop == "all_exhausted")
+        for stage in self.pipeline[1:]:
+            if isinstance(stage, Batched):
+                n = -(-n // stage.batchsize) if stage.partial else n // stage.batchsize
+        return n
