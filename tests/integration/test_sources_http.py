@@ -108,12 +108,12 @@ def test_stall_times_out_and_resumes(
     data = _data(100_000)
     http_server.write("stall/a.tar", data)
     proxy = fault_proxy(http_server.url)
-    proxy.plan(Stall(after=5_000, seconds=5.0))
+    proxy.plan(Stall(after=5_000, seconds=12.0))
     started = time.monotonic()
     with caplog.at_level(logging.WARNING, logger="shardstream"):
         with open_url(f"{proxy.url}/stall/a.tar", storage_options={**FAST, "read_timeout": 0.5}) as stream:
             assert stream.read() == data
-    assert time.monotonic() - started < 4.0
+    assert time.monotonic() - started < 9.0  # not the 12 s stall (generous for a loaded machine)
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "timed out" in warnings[0].getMessage()
 

@@ -150,9 +150,9 @@ def read_index(url_or_dir: str, *, storage_options: Mapping[str, Any] | None = N
 
     Every rank and worker of a job reads the counts, so an index written by :func:`write_index`
     takes a scan for its ``url``/``samples`` pairs instead of a full JSON parse, which builds a
-    dict per entry: for a million shards (a 68 MB index) 1.2 s and 140 MB (peak 200 MB with the
-    file's bytes), against 1.9 s and 370 MB (peak 580 MB), measured on 2 busy cores. Anything
-    else (another writer's layout, names with escapes) is parsed in full.
+    dict per entry: the counts of a million shards from one index in 1.5 s and +174 MB of peak
+    memory, against 3.7 s and +528 MB (``benchmarks/results/bench_plan.md``). Anything else
+    (another writer's layout, names with escapes) is parsed in full.
     """
     url = index_url(url_or_dir)
     with open_url(url, storage_options=storage_options) as stream:
