@@ -165,6 +165,7 @@ class ShardCache:
 
     def with_source(self, source: Source) -> ShardCache:
         """This cache (same directory, settings and counters) opening URLs through ``source``."""
+        self.owner  # noqa: B018 - fixed now, so the clone shares it (and its counter file)
         clone = object.__new__(ShardCache)
         clone.__dict__.update(self.__dict__)  # not copy.copy: that would pickle (new counters)
         clone.source = source
@@ -303,10 +304,12 @@ class ShardCache:
         """This process's counter file; a new one (based on the counts so far) after a fork."""
         counters = self._counters
         owner = self.owner
-        if counters is None or not counters.path.endswith(f"~{owner.pid}~{owner.start}.json"):
+        # One file per cache object and process (the owner's token): two caches on one directory
+        # in a process (a dataset built per epoch) must not overwrite each other's counts.
+        tag = f"{owner.host}~{owner.pid}~{owner.start}~{owner.token}"
+        if counters is None or counters.tag != tag:
             import multiprocessing.util
 
-            tag = f"{owner.host}~{owner.pid}~{owner.start}"
             counters = self._counters = CounterFile(self.layout.counters, tag, self._stats.snapshot())
             # At exit (main process and multiprocessing children alike) or when this cache is
             # collected: the counts since the last throttled write are not lost.

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
+import io
 import json
 import os
 import sys
@@ -35,7 +37,12 @@ DESCRIPTION = (
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("action", choices=("ls", "stats", "clean"), help="what to do")
-    parser.add_argument("directory", metavar="DIR", help="the cache directory (cache_dir=)")
+    parser.add_argument(
+        "directories",
+        metavar="DIR",
+        nargs="+",
+        help="the cache directory (cache_dir=); several: the tiers of a tiered cache, each on its own",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.add_argument("--all", action="store_true", help="clean: also remove every idle cached shard")
     parser.add_argument(
@@ -313,12 +320,12 @@ def _roll_up(directory: str, claimer: str, args: argparse.Namespace) -> int:
 
     me = Owner.current()
 
-    def is_dead(tag: str) -> bool:
-        host, _, rest = tag.partition("~")
-        pid, _, start = rest.partition("~")
+    def is_dead(tag: str) -> bool:  # tag: host~pid~start[~token]
+        parts = tag.split("~")
         try:
-            owner = Owner(host, int(pid), None if start in ("", "-", "None") else int(start), "")
-        except ValueError:
+            start = None if len(parts) < 3 or parts[2] in ("", "-", "None") else int(parts[2])
+            owner = Owner(parts[0], int(parts[1]), start, "")
+        except (ValueError, IndexError):
             return False
         return is_alive(owner, me.host) is False
 
@@ -353,5 +360,24 @@ def run(args: argparse.Namespace) -> int:
         args.all or args.max_size or args.dry_run or args.counters_age is not None
     ):
         raise UsageError("--all, --max-size, --dry-run and --counters-age apply to `cache clean` only")
-    inv = inventory(args.directory, stale_after=args.stale_after)
-    return {"ls": _ls, "stats": _stats, "clean": _clean}[args.action](inv, args)
+    action = {"ls": _ls, "stats": _stats, "clean": _clean}[args.action]
+    if len(args.directories) == 1:
+        args.directory = args.directories[0]
+        return action(inventory(args.directory, stale_after=args.stale_after), args)
+    # Tiers: each directory on its own (JSON: one object keyed by directory).
+    code, reports = 0, {}
+    for tier, directory in enumerate(args.directories):
+        args.directory = directory
+        inv = inventory(directory, stale_after=args.stale_after)
+        if args.json:
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                code = max(code, action(inv, args))
+            reports[directory] = json.loads(out.getvalue())
+        else:
+            sys.stdout.write(f"tier {tier + 1}: {directory}\n")
+            code = max(code, action(inv, args))
+    if args.json:
+        json.dump(reports, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    return code

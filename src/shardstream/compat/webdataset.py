@@ -77,7 +77,7 @@ class WebDataset(Dataset):
         repeat: bool = False,
         shardshuffle: bool | int | None = None,
         cache_size: int | str | None | Unset = UNSET,
-        cache_dir: str | None | Unset = UNSET,
+        cache_dir: str | Sequence[str] | None | Unset = UNSET,
         url_to_name: Callable[[str], str] | None = None,
         detshuffle: bool = False,
         nodesplitter: Splitter | None = single_node_only,
@@ -185,7 +185,7 @@ class WebDataset(Dataset):
 
 
 def _cache_policy(
-    cache_dir: str | None | Unset, cache_size: int | str | None | Unset, url_to_name: Any
+    cache_dir: str | Sequence[str] | None | Unset, cache_size: int | str | None | Unset, url_to_name: Any
 ) -> CachePolicy | None:
     """Explicit arguments win; unset ones come from SHARDSTREAM_CACHE_DIR/SIZE (or WDS_CACHE/SIZE)."""
     env = CachePolicy.from_env()

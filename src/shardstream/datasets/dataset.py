@@ -51,17 +51,20 @@ def make_source(
 ) -> Source:
     """The source shards are read from: ``source`` (default: every URL scheme with
     ``storage_options``, checked against the schemes of ``urls``), behind the cache when
-    ``cache`` is enabled."""
+    ``cache`` is enabled. Cache tiers nest: the first (fastest) tier fills from the second, and
+    so on; only the last tier reads the store."""
     inner = source if source is not None else SchemeRouter(storage_options, allow_pipe, urls=urls)
     if cache is None or not cache.enabled:
         return inner
-    return cached_source(
-        inner,
-        cache_dir=cache.dir,
-        cache_size=cache.size_bytes,
-        url_to_name=cache.url_to_name,
-        **dict(cache.options or {}),
-    )
+    for directory, size in reversed(list(zip(cache.tiers, cache.tier_sizes, strict=True))):
+        inner = cached_source(
+            inner,
+            cache_dir=directory,
+            cache_size=size,
+            url_to_name=cache.url_to_name,
+            **dict(cache.options or {}),
+        )
+    return inner
 
 
 class Dataset(DataPipeline, FluidInterface):

@@ -7,7 +7,8 @@ their fields at construction and have a readable ``repr``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import os
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,31 +86,70 @@ class CachePolicy:
     """A local shard cache shared by every process on the host (or a shared filesystem).
 
     Attributes:
-        dir: the cache directory; ``None`` disables caching.
+        dir: the cache directory; ``None`` disables caching. A list makes cache *tiers*, fastest
+            first (``["/local_nvme/cache", "/shared/cache"]``): a miss in a tier is served from
+            the next one, which fills itself from the one after it, and only a miss in the last
+            tier reaches the store. Each tier is a cache of its own (locks, eviction, counters),
+            so a tier on a shared filesystem is filled once across all nodes and jobs.
         size: the size limit in bytes or as text (``"500G"``); ``None`` or negative: unlimited;
-            ``0`` disables caching (as in WebDataset).
+            ``0`` disables caching (as in WebDataset). With tiers, one value for every tier or a
+            list with one per tier.
         url_to_name: maps a URL to the entry's file name (default: a readable, collision-free
             name derived from the URL).
         options: further :class:`~shardstream.cache.ShardCache` options (``lock_timeout``,
             ``verify_etag``, ...).
     """
 
-    dir: str | None = None
-    size: int | str | None = None
+    dir: str | Sequence[str] | None = None
+    size: int | str | Sequence[int | str | None] | None = None
     url_to_name: Callable[[str], str] | None = None
     options: Mapping[str, Any] | None = None
 
     @classmethod
     def from_env(cls) -> CachePolicy:
-        """``SHARDSTREAM_CACHE_DIR``/``SHARDSTREAM_CACHE_SIZE`` (or WebDataset's names), if set."""
+        """``SHARDSTREAM_CACHE_DIR``/``SHARDSTREAM_CACHE_SIZE`` (or WebDataset's names), if set;
+        a directory list separated by ``os.pathsep`` (``/nvme/cache:/shared/cache``) makes tiers."""
         settings = read_settings()
-        return cls(settings.cache_dir, settings.cache_size)
+        directory = settings.cache_dir
+        if directory is not None and os.pathsep in directory:  # tiers, fastest first: "/nvme:/shared"
+            return cls([d for d in directory.split(os.pathsep) if d], settings.cache_size)
+        return cls(directory, settings.cache_size)
+
+    def __post_init__(self) -> None:
+        tiers = self.tiers
+        if not isinstance(self.size, str | int | type(None)) and len(list(self.size)) != len(tiers):
+            raise ConfigurationError(
+                f"cache_size has {len(list(self.size))} values for {len(tiers)} cache directories; "
+                "give one size per directory, or one for all"
+            )
+
+    @property
+    def tiers(self) -> tuple[str, ...]:
+        """The cache directories, fastest first (one for a plain cache, none when off)."""
+        if self.dir is None:
+            return ()
+        return (self.dir,) if isinstance(self.dir, str) else tuple(str(d) for d in self.dir)
+
+    @property
+    def tier_sizes(self) -> tuple[int | None, ...]:
+        """Each tier's size limit in bytes (``None``: unlimited)."""
+        raw = self.size
+        sizes = [raw] * len(self.tiers) if isinstance(raw, str | int | type(None)) else list(raw)
+        return tuple(_bytes(s) for s in sizes)
 
     @property
     def size_bytes(self) -> int | None:
-        size = parse_size(self.size, name="cache_size") if isinstance(self.size, str) else self.size
-        return None if size is not None and size < 0 else size
+        """The size limit of the first (or only) tier."""
+        sizes = self.tier_sizes
+        if sizes:
+            return sizes[0]
+        return _bytes(self.size) if isinstance(self.size, str | int | type(None)) else None
 
     @property
     def enabled(self) -> bool:
-        return self.dir is not None and self.size_bytes != 0
+        return bool(self.tiers) and self.size_bytes != 0
+
+
+def _bytes(size: int | str | None) -> int | None:
+    value = parse_size(size, name="cache_size") if isinstance(size, str) else size
+    return None if value is not None and value < 0 else value

@@ -242,9 +242,8 @@ def _cache(cache: CachePolicy | str | None, source: Source) -> ShardCache | None
     policy = CachePolicy(cache) if isinstance(cache, str) else cache
     if policy is None or not policy.enabled:
         return None
-    assert policy.dir is not None  # enabled
     return ShardCache(
-        policy.dir,
+        policy.tiers[0],  # (the fastest tier: complete entries there are read in place)
         cache_size=policy.size_bytes,
         url_to_name=policy.url_to_name,
         source=source,
