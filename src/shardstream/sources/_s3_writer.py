@@ -6,10 +6,10 @@ client directly and maps failures with the source's ``translate``.
 
 from __future__ import annotations
 
-import io
 from typing import Any, Protocol
 
 from ..errors import SourceError, redact_url
+from .base import PublishingWriter
 
 __all__ = ["S3Writer", "UploadTarget"]
 
@@ -34,7 +34,7 @@ class UploadTarget(Protocol):
         ...
 
 
-class S3Writer(io.RawIOBase):
+class S3Writer(PublishingWriter):
     """A write-only stream that uploads to S3 in parts of ``source.part_size`` bytes.
 
     At most one part is held in memory. An object smaller than one part is sent with a single
@@ -121,14 +121,3 @@ class S3Writer(io.RawIOBase):
                 pass
         if not self.closed:
             super().close()
-
-    def __del__(self) -> None:
-        # Dropped without close(): the data may be incomplete, so never publish it.
-        if not self.closed:
-            self.abort()
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if exc_type is not None:
-            self.abort()
-        else:
-            self.close()

@@ -23,6 +23,7 @@ Every built-in source derives from :class:`SourceBase`; a user's source that onl
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, BinaryIO, ClassVar, Protocol, runtime_checkable
 
@@ -190,6 +191,27 @@ class WritableSource(Source, Protocol):
     def create(self, url: str) -> BinaryIO:
         """Open ``url`` for writing; the object becomes visible when the stream is closed."""
         ...
+
+
+class PublishingWriter(io.RawIOBase):
+    """The base of the writers ``create`` returns: the object becomes visible on ``close()``
+    only. :meth:`abort` discards what was written; an exception leaving a ``with`` block, or a
+    writer collected without ``close()``, aborts (its data may be incomplete, so it is never
+    published)."""
+
+    def abort(self) -> None:
+        """Discard what was written; nothing becomes visible."""
+        raise NotImplementedError(f"{type(self).__name__} must implement abort()")
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is not None:
+            self.abort()
+        else:
+            self.close()
+
+    def __del__(self) -> None:
+        if not self.closed:
+            self.abort()
 
 
 def check_range(url: str, offset: int, length: int | None) -> int | None:

@@ -12,7 +12,6 @@ name; the next writer of the same name removes such leftovers of dead processes 
 
 from __future__ import annotations
 
-import io
 import os
 import secrets
 import socket
@@ -20,7 +19,7 @@ from typing import BinaryIO, cast
 from urllib.parse import unquote, urlparse
 
 from ..errors import AccessDeniedError, ShardNotFoundError, SourceError
-from .base import ObjectInfo, SourceBase, check_range
+from .base import ObjectInfo, PublishingWriter, SourceBase, check_range
 from .ranges import limit
 
 __all__ = ["AtomicFile", "FileSource", "local_path"]
@@ -110,7 +109,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-class AtomicFile(io.RawIOBase):
+class AtomicFile(PublishingWriter):
     """A file written under a hidden temporary name and renamed to ``path`` by :meth:`close`.
 
     :meth:`abort` (also: an exception leaving a ``with`` block, or the writer collected without
@@ -127,7 +126,11 @@ class AtomicFile(io.RawIOBase):
         _remove_dead_partials(directory or ".", prefix, self._host)
         tag = f"{self._host}~{os.getpid()}~{secrets.token_hex(4)}"
         self.temp = os.path.join(directory, prefix + tag)
-        self._file = open(self.temp, "wb")  # noqa: SIM115 - closed by close()/abort()
+        try:
+            self._file = open(self.temp, "wb")  # noqa: SIM115 - closed by close()/abort()
+        except BaseException:
+            super().close()  # nothing to abort when collected
+            raise
         self.name = path
 
     def writable(self) -> bool:
@@ -162,17 +165,6 @@ class AtomicFile(io.RawIOBase):
             pass
         if not self.closed:
             super().close()
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if exc_type is not None:
-            self.abort()
-        else:
-            self.close()
-
-    def __del__(self) -> None:
-        # Dropped without close(): the data may be incomplete, so never publish it.
-        if not self.closed and hasattr(self, "_file"):
-            self.abort()
 
 
 def _remove_dead_partials(directory: str, prefix: str, host: str) -> None:

@@ -26,7 +26,7 @@ from typing import IO, BinaryIO, cast
 
 from ..errors import ConfigurationError, PipeCommandError, redact_url
 from ..forks import gate
-from .base import ObjectInfo, SourceBase, check_range
+from .base import ObjectInfo, PublishingWriter, SourceBase, check_range
 from .ranges import limit
 
 __all__ = ["PipeReader", "PipeSource", "PipeWriter", "pipe_command"]
@@ -180,7 +180,7 @@ class PipeReader(_PipeBase):
             super().close()
 
 
-class PipeWriter(_PipeBase):
+class PipeWriter(PublishingWriter, _PipeBase):
     """The stdin of a running command, as a write-only binary stream; ``close()`` checks its status."""
 
     def __init__(self, url: str, *, ok: frozenset[int], tail: int, timeout: float) -> None:
@@ -224,16 +224,6 @@ class PipeWriter(_PipeBase):
                 self._stdin.close()
             self._kill()
             super().close()
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if exc_type is not None:
-            self.abort()
-        else:
-            self.close()
-
-    def __del__(self) -> None:
-        if not self.closed:
-            self.abort()
 
 
 class PipeSource(SourceBase):
