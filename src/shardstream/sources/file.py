@@ -119,6 +119,7 @@ class AtomicFile(PublishingWriter):
 
     def __init__(self, path: str) -> None:
         super().__init__()
+        self._file: BinaryIO | None = None  # (None: creating the temporary file failed)
         self.path = path
         directory, name = os.path.split(path)
         self._host = socket.gethostname().replace("~", "_")
@@ -126,21 +127,18 @@ class AtomicFile(PublishingWriter):
         _remove_dead_partials(directory or ".", prefix, self._host)
         tag = f"{self._host}~{os.getpid()}~{secrets.token_hex(4)}"
         self.temp = os.path.join(directory, prefix + tag)
-        try:
-            self._file = open(self.temp, "wb")  # noqa: SIM115 - closed by close()/abort()
-        except BaseException:
-            super().close()  # nothing to abort when collected
-            raise
+        self._file = open(self.temp, "wb")  # noqa: SIM115 - closed by close()/abort()
         self.name = path
 
     def writable(self) -> bool:
         return True
 
     def write(self, data: bytes | bytearray | memoryview) -> int:  # type: ignore[override]
+        assert self._file is not None
         return self._file.write(data)
 
     def flush(self) -> None:
-        if not self._file.closed:
+        if self._file is not None and not self._file.closed:
             self._file.flush()
 
     def close(self) -> None:
@@ -148,6 +146,7 @@ class AtomicFile(PublishingWriter):
         if self.closed:
             return
         try:
+            assert self._file is not None
             self._file.close()
             os.replace(self.temp, self.path)
         except BaseException:
@@ -157,6 +156,10 @@ class AtomicFile(PublishingWriter):
 
     def abort(self) -> None:
         """Discard what was written; ``path`` is left as it was."""
+        if self._file is None:  # never created: nothing to discard
+            if not self.closed:
+                super().close()
+            return
         if not self._file.closed:
             self._file.close()
         try:
