@@ -7,19 +7,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import _resume_cases
+
 import shardstream as ss
 
 COUNTS = [9, 14, 11, 17, 12, 20]
 
 
 def write_shards(root: Path) -> list[str]:
-    urls = []
-    for s, n in enumerate(COUNTS):
-        with ss.ShardWriter(str(root / f"part{s}-%02d.tar"), maxcount=1000) as sink:
-            for i in range(n):
-                sink.write({"__key__": f"s{s}_{i:03d}", "cls": i, "txt": f"sample {s} {i}"})
-        urls.append(str(root / f"part{s}-00.tar"))
-    return urls
+    return _resume_cases.write_shards(root, COUNTS, text=True)
 
 
 def _odd_only(sample: dict[str, Any]) -> dict[str, Any] | None:

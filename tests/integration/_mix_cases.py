@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import _resume_cases
+
 import shardstream as ss
 
 COUNTS = [9, 14, 11, 17, 12, 20, 6, 15]
@@ -14,13 +16,7 @@ LOADERS = ("web0", "web2", "threads", "processes")
 
 
 def write_shards(root: Path) -> list[str]:
-    urls = []
-    for s, n in enumerate(COUNTS):
-        with ss.ShardWriter(str(root / f"part{s}-%02d.tar"), maxcount=1000) as sink:
-            for i in range(n):
-                sink.write({"__key__": f"s{s}_{i:03d}", "cls": i})
-        urls.append(str(root / f"part{s}-00.tar"))
-    return urls
+    return _resume_cases.write_shards(root, COUNTS)
 
 
 def pipeline(case: str, urls: list[str]) -> Any:

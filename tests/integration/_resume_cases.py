@@ -12,12 +12,17 @@ import shardstream as ss
 COUNTS = [7, 10, 13, 16, 19, 22]
 
 
-def write_shards(root: Path) -> list[str]:
+def write_shards(root: Path, counts: list[int] = COUNTS, *, text: bool = False) -> list[str]:
+    """One shard per entry of ``counts`` (``s{shard}_{i:03d}`` keys, ``cls`` = i, and a ``txt``
+    field when ``text``); the loader and mixture case modules use it with their own counts."""
     urls = []
-    for s, n in enumerate(COUNTS):
+    for s, n in enumerate(counts):
         with ss.ShardWriter(str(root / f"part{s}-%02d.tar"), maxcount=1000) as sink:
             for i in range(n):
-                sink.write({"__key__": f"s{s}_{i:03d}", "cls": i})
+                sample: dict[str, Any] = {"__key__": f"s{s}_{i:03d}", "cls": i}
+                if text:
+                    sample["txt"] = f"sample {s} {i}"
+                sink.write(sample)
         urls.append(str(root / f"part{s}-00.tar"))
     return urls
 
