@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..pipeline.base import PipelineStage
 from ..pipeline.window import MockDataset, repeatedly, with_epoch, with_length
+from .pytorch import torch_names
 
 __all__ = [  # noqa: F822 - IterableDataset: resolved by __getattr__
     "IterableDataset",
@@ -17,9 +16,4 @@ __all__ = [  # noqa: F822 - IterableDataset: resolved by __getattr__
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name == "IterableDataset":  # torch's class, imported on first use
-        from . import pytorch
-
-        return pytorch.IterableDataset
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = torch_names(__name__, "IterableDataset")

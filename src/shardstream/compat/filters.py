@@ -6,8 +6,6 @@ Also WebDataset's ``_``-prefixed function forms (``_batched(data, 3)``) and help
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..handlers import reraise_exception
 from ..pipeline.annotate import associate, info
 from ..pipeline.base import PipelineStage, pipelinefilter
@@ -53,6 +51,7 @@ from ._curried import (
 )
 from ._omitted import omitted
 from ._xdecode import decode_bin, decode_pickle, decode_text, default_decoders, xdecode
+from .pytorch import torch_names
 from .utils import identity
 
 LMDBCached = omitted(
@@ -116,9 +115,4 @@ __all__ = [  # noqa: F822 - TorchTensor is resolved by __getattr__
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name == "TorchTensor":  # torch's Tensor class, imported on first use
-        from . import pytorch
-
-        return pytorch.TorchTensor
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = torch_names(__name__, "TorchTensor")

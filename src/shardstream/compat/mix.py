@@ -20,6 +20,7 @@ from typing import Any
 
 from ..pipeline.mix import MixSource
 from ..pipeline.pipeline import DataPipeline
+from .pytorch import torch_names
 
 __all__ = [
     "IterableDataset",  # noqa: F822 - torch's, resolved by __getattr__ (no torch at import)
@@ -31,12 +32,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name == "IterableDataset":
-        from . import pytorch
-
-        return pytorch.IterableDataset
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = torch_names(__name__, "IterableDataset")
 
 
 # WebDataset's generator forms, over iterators (no state: the classes below save theirs).

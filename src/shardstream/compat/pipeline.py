@@ -6,6 +6,7 @@ from typing import Any
 
 from ..pipeline.base import PipelineStage
 from ..pipeline.pipeline import DataPipeline
+from .pytorch import torch_names
 
 __all__ = ["DataLoader", "DataPipeline", "IterableDataset", "PipelineStage", "add_length_method"]  # noqa: F822
 
@@ -20,10 +21,4 @@ def add_length_method(obj: Any) -> Any:
     return obj
 
 
-def __getattr__(name: str) -> Any:
-    # torch's classes, which WebDataset's pipeline module re-exports: resolved on first access.
-    if name in ("DataLoader", "IterableDataset"):
-        from . import pytorch
-
-        return getattr(pytorch, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = torch_names(__name__, "DataLoader", "IterableDataset")

@@ -34,6 +34,7 @@ from .directory_shards import (
     get_pid_from_filename,
     without_last_extension,
 )
+from .pytorch import torch_names
 from .utils import is_iterable, obsolete
 
 #: WebDataset's module-level generator (used by its MultiShardSample).
@@ -105,9 +106,4 @@ __all__ = [  # noqa: F822 - IterableDataset: resolved by __getattr__
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name == "IterableDataset":
-        from . import pytorch
-
-        return pytorch.IterableDataset
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = torch_names(__name__, "IterableDataset")
