@@ -47,6 +47,17 @@ def is_full(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.errno in FULL_ERRNOS
 
 
+def _read_into(stream: BinaryIO, view: memoryview) -> int:
+    """Fill ``view`` from ``stream`` with one call (``readinto`` where the stream has it: sources
+    may hand out plain ``read``-only streams); the number of bytes, 0 at the end."""
+    readinto: Callable[[Any], int] | None = getattr(stream, "readinto", None)
+    if readinto is not None:
+        return readinto(view) or 0
+    data = stream.read(len(view))
+    view[: len(data)] = data
+    return len(data)
+
+
 class Fill:
     """Copies ``src`` into the open file ``fd`` on a daemon thread.
 
@@ -94,15 +105,9 @@ class Fill:
     def _copy(self) -> None:
         buf = bytearray(_MAX_CHUNK)
         size = _FIRST_CHUNK
-        readinto: Callable[[Any], int] | None = getattr(self._src, "readinto", None)
         while True:
             view = memoryview(buf)[:size]
-            if readinto is not None:
-                n = readinto(view) or 0
-            else:
-                data = self._src.read(size)
-                n = len(data)
-                view[:n] = data
+            n = _read_into(self._src, view)
             if n == 0:
                 return
             with gate.busy():  # a fork waits for this, not for the network read above
@@ -216,13 +221,7 @@ class TeeReader(io.RawIOBase):
 
     def _read_direct(self, view: memoryview) -> int:
         assert self._direct is not None
-        readinto: Callable[[Any], int] | None = getattr(self._direct, "readinto", None)
-        if readinto is not None:
-            n = readinto(view) or 0
-        else:
-            data = self._direct.read(len(view))
-            n = len(data)
-            view[:n] = data
+        n = _read_into(self._direct, view)
         self._pos += n
         return n
 
