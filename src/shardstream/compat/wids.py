@@ -37,18 +37,12 @@ from typing import IO, Any
 from ..datasets.policy import CachePolicy
 from ..datasets.shard_dataset import ShardDataset
 from ..errors import ConfigurationError, redact_url
+from ..pipeline.iterable import MapDatasetBase
 from ..tar.wids_index import read_wids_index, resolve_wids_index
 
 try:
-    from torch.utils.data import Dataset as _MapDatasetBase
     from torch.utils.data import Sampler as _SamplerBase
 except ImportError:  # pragma: no cover - exercised by the no-torch test in a fresh venv
-
-    class _MapDatasetBase:  # type: ignore[no-redef]
-        """Stands in for torch.utils.data.Dataset when torch is not installed."""
-
-        def __class_getitem__(cls, item: Any) -> Any:
-            return cls
 
     class _SamplerBase:  # type: ignore[no-redef]
         """Stands in for torch.utils.data.Sampler when torch is not installed."""
@@ -109,7 +103,7 @@ def _transformations(spec: Any) -> list[Transformation]:
     return out
 
 
-class ShardListDataset(_MapDatasetBase):  # type: ignore[type-arg]
+class ShardListDataset(MapDatasetBase):  # type: ignore[type-arg]
     """An indexed dataset over a list of shards (``wids.ShardListDataset``), read by byte range.
 
     Args:

@@ -27,18 +27,8 @@ from ..errors import SourceError
 from ..handlers import Handler, reraise_exception
 from ..objects import DEFAULT_WINDOW, Manifest, ObjectReader
 from ..pipeline.base import StageStats
+from ..pipeline.iterable import MapDatasetBase
 from ..readers.objects import open_table
-
-try:
-    from torch.utils.data import Dataset as _MapDatasetBase
-except ImportError:  # pragma: no cover - exercised by the no-torch test in a fresh venv
-
-    class _MapDatasetBase:  # type: ignore[no-redef]
-        """Stands in for torch.utils.data.Dataset when torch is not installed."""
-
-        def __class_getitem__(cls, item: Any) -> Any:
-            return cls
-
 
 __all__ = ["ObjectDataset"]
 
@@ -48,7 +38,7 @@ log = logging.getLogger(__name__)
 _REPLACEMENTS = 16
 
 
-class ObjectDataset(_MapDatasetBase):  # type: ignore[type-arg]
+class ObjectDataset(MapDatasetBase):  # type: ignore[type-arg]
     """A map-style dataset over a prefix of single-sample objects.
 
     Args:

@@ -29,6 +29,7 @@ from ..cache import ShardCache
 from ..errors import ConfigurationError, SourceError, redact_url
 from ..handlers import Handler, reraise_exception
 from ..pipeline.base import StageStats
+from ..pipeline.iterable import MapDatasetBase
 from ..shards.spec import expand_urls
 from ..sources import SchemeRouter, Source, scheme_of
 from ..sources.file import local_path
@@ -36,17 +37,6 @@ from ..tar.sample_range import RangeMismatch, parse_sample
 from ._ranges import RangeReader, RangeStats
 from ._shard_index import SampleIndex, build_index
 from .policy import CachePolicy
-
-try:
-    from torch.utils.data import Dataset as _MapDatasetBase
-except ImportError:  # pragma: no cover - exercised by the no-torch test in a fresh venv
-
-    class _MapDatasetBase:  # type: ignore[no-redef]
-        """Stands in for torch.utils.data.Dataset when torch is not installed."""
-
-        def __class_getitem__(cls, item: Any) -> Any:
-            return cls
-
 
 __all__ = ["ShardDataset"]
 
@@ -58,7 +48,7 @@ _REPLACEMENTS = 16
 Transform = Callable[[dict[str, Any]], Any]
 
 
-class ShardDataset(_MapDatasetBase):  # type: ignore[type-arg]
+class ShardDataset(MapDatasetBase):  # type: ignore[type-arg]
     """A map-style dataset over the samples of tar shards on disk, HTTP(S) or S3.
 
     Args:
