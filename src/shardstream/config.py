@@ -25,6 +25,7 @@ __all__ = [
     "LauncherEnv",
     "NetworkEnv",
     "Settings",
+    "StoreEnv",
     "Unset",
     "env_value",
     "gopen_rewrite",
@@ -33,6 +34,7 @@ __all__ = [
     "parse_size",
     "read_settings",
     "spec_variable",
+    "store_env",
 ]
 
 log = logging.getLogger(__name__)
@@ -259,6 +261,69 @@ def network_env(environ: Mapping[str, str] | None = None) -> NetworkEnv:
         no_proxy=first("no_proxy", "NO_PROXY"),
         ca_bundle=first("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE"),
         aws_ca_bundle=first("AWS_CA_BUNDLE"),
+    )
+
+
+@dataclass(frozen=True)
+class StoreEnv:
+    """The variables Google's, Microsoft's and Hugging Face's own clients read, for the ``gs://``,
+    ``az://`` and ``hf://`` sources; ``None`` where unset. Read when a source is built.
+
+    Attributes:
+        storage_emulator_host: ``STORAGE_EMULATOR_HOST`` (a GCS emulator: no credentials needed).
+        google_application_credentials: ``GOOGLE_APPLICATION_CREDENTIALS`` (a key file).
+        google_cloud_project: ``GOOGLE_CLOUD_PROJECT`` / ``GCLOUD_PROJECT``.
+        azure_connection_string: ``AZURE_STORAGE_CONNECTION_STRING``.
+        azure_account_name, azure_account_key: ``AZURE_STORAGE_ACCOUNT_NAME`` /
+            ``AZURE_STORAGE_ACCOUNT`` and ``AZURE_STORAGE_ACCOUNT_KEY`` / ``AZURE_STORAGE_KEY``.
+        azure_sas_token: ``AZURE_STORAGE_SAS_TOKEN``.
+        hf_token: ``HF_TOKEN`` (or the older ``HUGGING_FACE_HUB_TOKEN``).
+        hf_token_path: ``HF_TOKEN_PATH``, else ``$HF_HOME/token``, else
+            ``~/.cache/huggingface/token`` (the file ``hf auth login`` writes).
+        hf_endpoint: ``HF_ENDPOINT`` (a mirror or a test server), else ``https://huggingface.co``.
+        hf_hub_disable_implicit_token: ``HF_HUB_DISABLE_IMPLICIT_TOKEN`` is set to a true value.
+    """
+
+    storage_emulator_host: str | None = None
+    google_application_credentials: str | None = None
+    google_cloud_project: str | None = None
+    azure_connection_string: str | None = None
+    azure_account_name: str | None = None
+    azure_account_key: str | None = None
+    azure_sas_token: str | None = None
+    hf_token: str | None = None
+    hf_token_path: str = ""
+    hf_endpoint: str = "https://huggingface.co"
+    hf_hub_disable_implicit_token: bool = False
+
+
+def store_env(environ: Mapping[str, str] | None = None) -> StoreEnv:
+    """Read the cloud store variables (see :class:`StoreEnv`), when a source is built."""
+    env = os.environ if environ is None else environ
+
+    def first(*names: str) -> str | None:
+        for name in names:
+            value = env.get(name)
+            if value:
+                return value
+        return None
+
+    hf_home = first("HF_HOME") or os.path.join(
+        first("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "huggingface"
+    )
+    return StoreEnv(
+        storage_emulator_host=first("STORAGE_EMULATOR_HOST"),
+        google_application_credentials=first("GOOGLE_APPLICATION_CREDENTIALS"),
+        google_cloud_project=first("GOOGLE_CLOUD_PROJECT", "GCLOUD_PROJECT"),
+        azure_connection_string=first("AZURE_STORAGE_CONNECTION_STRING"),
+        azure_account_name=first("AZURE_STORAGE_ACCOUNT_NAME", "AZURE_STORAGE_ACCOUNT"),
+        azure_account_key=first("AZURE_STORAGE_ACCOUNT_KEY", "AZURE_STORAGE_KEY"),
+        azure_sas_token=first("AZURE_STORAGE_SAS_TOKEN"),
+        hf_token=first("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"),
+        hf_token_path=first("HF_TOKEN_PATH") or os.path.join(hf_home, "token"),
+        hf_endpoint=(first("HF_ENDPOINT") or "https://huggingface.co").rstrip("/"),
+        hf_hub_disable_implicit_token=(first("HF_HUB_DISABLE_IMPLICIT_TOKEN") or "").lower()
+        in ("1", "true", "yes", "on"),
     )
 
 

@@ -144,6 +144,22 @@ def _get_all(gets: ManyGets, urls: list[str] | list[tuple[str, int, int | None]]
     return found
 
 
+def test_listing_finds_what_was_put(backend: Backend) -> None:
+    url = backend.put(DATA)
+    other = backend.put(DATA[:10])
+    prefix = url.rsplit("/", 1)[0] + "/"
+    source = backend.source.route(url) if isinstance(backend.source, SourceBase) else backend.source
+    assert isinstance(source, SourceBase)
+    if not source.can_list:  # http, pipe, memory, the cache layer: a clear refusal naming the fix
+        with pytest.raises(ConfigurationError, match="cannot list"):
+            list(source.list_objects(prefix))
+        return
+    found = {item.key: item.size for item in source.list_objects(prefix)}
+    assert found[url.rsplit("/", 1)[1]] == SIZE
+    assert found[other.rsplit("/", 1)[1]] == 10
+    assert all(not key.startswith("/") and not key.endswith("/") for key in found)
+
+
 def test_every_source_declares_its_capabilities(backend: Backend) -> None:
     source = backend.source
     assert isinstance(source, SourceBase)

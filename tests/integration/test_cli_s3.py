@@ -79,14 +79,18 @@ def test_s3_dataset_good_then_broken(
     assert len(read_index_entries(prefix, storage_options=s3_server.storage_options)) == 3
 
 
-def test_s3_prefix_without_index_says_how_to_name_shards(
+def test_s3_prefix_without_index_is_listed(
     s3_server: SeaweedS3, s3_bucket: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     shard = _shard_bytes([{"__key__": "a", "txt": "x"}])
     s3_server.put_object(s3_bucket, "x/a.tar", shard)
-    assert main(["ls", f"s3://{s3_bucket}/x/", *_options(s3_server)]) == 1
-    err = capsys.readouterr().err
-    assert "holds no _info.json index" in err and "brace spec" in err
+    s3_server.put_object(s3_bucket, "x/notes.txt", b"not a shard")
+    s3_server.put_object(s3_bucket, "x/deeper/b.tar", shard)  # not directly under the prefix
+    s3_server.put_object(s3_bucket, "y/notes.txt", b"no shards here")
+    assert main(["ls", f"s3://{s3_bucket}/y/", *_options(s3_server)]) == 1
+    assert "holds no shards" in capsys.readouterr().err
+    assert main(["ls", f"s3://{s3_bucket}/x/", "--no-header", *_options(s3_server)]) == 0
+    assert capsys.readouterr().out.split() == ["1", f"{len(shard):,}", "txt:1", f"s3://{s3_bucket}/x/a.tar"]
     assert main(["index", f"s3://{s3_bucket}/x/a.tar", *_options(s3_server)]) == 0
     capsys.readouterr()
     assert main(["ls", f"s3://{s3_bucket}/x/", "--no-header", *_options(s3_server)]) == 0

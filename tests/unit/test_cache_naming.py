@@ -18,12 +18,14 @@ def test_colliding_basenames_get_distinct_names() -> None:
     urls = [
         "s3://b1/train-000.tar", "s3://b2/train-000.tar", "http://h/b1/train-000.tar",
         "https://h/b1/train-000.tar", "http://h:81/b1/train-000.tar", "gs://b1/train-000.tar",
-        "s3://b1/x/train-000.tar",
+        "s3://b1/x/train-000.tar", "az://b1/train-000.tar", "hf://datasets/o/b1/train-000.tar",
+        "hf://datasets/o/b1@v2/train-000.tar", "abfs://c1@acct.dfs.core.windows.net/train-000.tar",
+        "abfs://c2@acct.dfs.core.windows.net/train-000.tar",
     ]  # fmt: skip
     names = [cache_name(u) for u in urls]
     assert len(set(names)) == len(urls)
     # WebDataset's naming collapses all of them to one file.
-    assert {url_to_cache_name(u) for u in urls} == {"train-000.tar"}
+    assert {url_to_cache_name(u) for u in urls[:7]} == {"train-000.tar"}
 
 
 @pytest.mark.parametrize(

@@ -76,6 +76,9 @@ def cache_name(url: str) -> str:
         parts = urllib.parse.urlsplit(inner.replace("%", "%25").replace("?", "%3F").replace("#", "%23"))
         parts = parts._replace(path=urllib.parse.unquote(parts.path))
     host = parts.hostname or ""
+    if scheme in ("abfs", "abfss") and parts.username:
+        # abfs[s]://container@account.dfs.core.windows.net/key: the user part is the container
+        host = f"{parts.username}@{host}"
     if parts.port is not None:
         host = f"{host}_{parts.port}"
     path = [p for p in parts.path.split("/") if p]

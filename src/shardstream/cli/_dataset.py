@@ -3,7 +3,8 @@
 A URLSPEC is what ``Dataset`` accepts (``${VAR}`` variables, brace ranges, ``::``-joined parts),
 plus two forms a shell user reaches for: a local directory (its ``*.tar``, ``*.tar.gz`` and
 ``*.tgz`` files, sorted) or a local glob, and a remote prefix ending in ``/`` (the shards its
-``_info.json`` lists: object stores are not listed, so a prefix needs an index).
+``_info.json`` lists, else, on a store that lists (``s3://``, ``gs://``, ``az://``, ``hf://``,
+fsspec's), the shards directly under it; ``http(s)://`` needs the index).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 from ..errors import ConfigurationError, ShardNotFoundError
 from ..shards.spec import expand_urls
-from ..sources import scheme_of
+from ..sources import get_source, scheme_of, with_defaults
 from ..sources.file import local_path
 from ..tar.index import INDEX_NAME, IndexEntry, read_index_entries
 
@@ -45,12 +46,33 @@ def _from_index(prefix: str, storage_options: Mapping[str, Any]) -> list[str]:
     try:
         entries = read_index_entries(prefix, storage_options=storage_options)
     except ShardNotFoundError:
+        listed = _listed_shards(prefix, storage_options)
+        if listed is not None:
+            return listed
         raise ConfigurationError(
-            f"{prefix} holds no {INDEX_NAME} index, and object stores are not listed; name the shards "
-            f"with a brace spec (e.g. '{prefix}train-{{000000..000099}}.tar'), then `shardstream index` "
-            "it to make the prefix listable"
+            f"{prefix} holds no {INDEX_NAME} index, and {scheme_of(prefix)}:// is not listed; name the "
+            f"shards with a brace spec (e.g. '{prefix}train-{{000000..000099}}.tar'), then `shardstream "
+            "index` it to make the prefix listable"
         ) from None
     return [prefix.rstrip("/") + "/" + e["url"] for e in entries]
+
+
+def _listed_shards(prefix: str, storage_options: Mapping[str, Any]) -> list[str] | None:
+    """The shards directly under ``prefix`` of a store that lists (``None``: it does not)."""
+    source = with_defaults(get_source(prefix, storage_options)).route(prefix)
+    if not source.can_list:
+        return None
+    base = prefix.rstrip("/") + "/"
+    names = sorted(
+        item.key
+        for item in source.list_objects(base)
+        if "/" not in item.key and item.key.endswith(SHARD_SUFFIXES) and not item.key.startswith(".")
+    )
+    if not names:
+        raise ConfigurationError(
+            f"{prefix} holds no shards (objects ending in {', '.join(SHARD_SUFFIXES)} directly under it)"
+        )
+    return [base + name for name in names]
 
 
 def resolve(spec: str | Sequence[str], *, storage_options: Mapping[str, Any] | None = None) -> list[str]:

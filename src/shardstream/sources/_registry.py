@@ -51,6 +51,14 @@ _REGISTRY: dict[str, tuple[str, str | None]] = {
     "https": ("shardstream.sources.http:HTTPSource", None),
     "s3": ("shardstream.sources.s3:S3Source", "s3"),
     "pipe": ("shardstream.sources.pipe:PipeSource", None),
+    # Google Cloud Storage, Azure Blob Storage and the Hugging Face Hub: our HTTP client; the
+    # extras bring only the credential libraries (see docs/design.md, "Stores").
+    "gs": ("shardstream.sources.gcs:GCSSource", "gcs"),
+    "gcs": ("shardstream.sources.gcs:GCSSource", "gcs"),
+    "az": ("shardstream.sources.azure:AzureSource", "azure"),
+    "abfs": ("shardstream.sources.azure:AzureSource", "azure"),
+    "abfss": ("shardstream.sources.azure:AzureSource", "azure"),
+    "hf": ("shardstream.sources.hf:HFSource", "hf"),
 }
 _BUILTIN = dict(_REGISTRY)  # restored by unregister_source
 _instances: dict[tuple[int, str, str], Source] = {}
@@ -106,8 +114,14 @@ def _load(scheme: str) -> type:
     try:
         target, extra = _REGISTRY[scheme]
     except KeyError:
+        # Any other protocol that fsspec knows goes through the fallback source (sources/fallback.py).
+        from .fallback import fsspec_protocols, source_class_for
+
+        if scheme in fsspec_protocols():
+            return source_class_for(scheme)
         raise ConfigurationError(
-            f"no source for URL scheme {scheme!r}; known schemes: {', '.join(sorted(_REGISTRY))}. "
+            f"no source for URL scheme {scheme!r}; known schemes: {', '.join(sorted(_REGISTRY))}, and "
+            "any protocol fsspec knows when it is installed (pip install 'shardstream[fsspec]'). "
             "Register one with shardstream.sources.register_source()."
         ) from None
     module_name, _, class_name = target.partition(":")
@@ -195,11 +209,11 @@ def check_storage_options(storage_options: Mapping[str, Any] | None, urls: Itera
     options = dict(storage_options or {})
     if not options:
         return
-    _check_known(options)
     schemes = {scheme_of(url) for url in urls}
     table = {scheme: source_options(scheme) for scheme in schemes}
     if any(accepted is None for accepted in table.values()):
-        return
+        return  # a source that takes any option (fsspec's) is in use
+    _check_known(options)
     used = frozenset().union(*(a for a in table.values() if a is not None))
     unused = sorted(set(options) - used)
     if unused:

@@ -12,6 +12,9 @@
   it retries on its own.
 - ``get_many(window=)``: many whole objects or byte ranges in flight for one consumer, with
   typed outcomes (:mod:`.many`; default: ``get_into`` on threads; S3: one thread on ``epoll``).
+- ``list_objects(prefix)``: every object under a prefix, recursively (``can_list`` says whether a
+  source lists; default: it does not, and ``list_objects`` raises ConfigurationError naming the
+  fix). ``s3://``, ``gs://``, ``az://``, ``hf://``, local directories and fsspec's stores list.
 - ``route(url)``: the source whose capabilities serve ``url`` (default: itself; a
   :class:`~._router.SchemeRouter`: its scheme's source), so that a consumer holding a router
   gets S3's ``get_many`` for ``s3://`` URLs, not the default built on the router's ``open``.
@@ -24,6 +27,7 @@ Every built-in source derives from :class:`SourceBase`; a user's source that onl
 from __future__ import annotations
 
 import io
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, BinaryIO, ClassVar, Protocol, runtime_checkable
 
@@ -34,6 +38,7 @@ if TYPE_CHECKING:
     from ._ahead import PendingOpen
 
 __all__ = [
+    "Listed",
     "ObjectInfo",
     "Source",
     "SourceBase",
@@ -58,6 +63,21 @@ class ObjectInfo:
     size: int | None
     etag: str | None = None
     local_path: str | None = None
+
+
+@dataclass(frozen=True)
+class Listed:
+    """One object found by :meth:`SourceBase.list_objects`.
+
+    Attributes:
+        key: the object's path relative to the listed prefix (``"sub/000017.jpg"``).
+        size: length in bytes (``-1`` when the store does not say).
+        etag: an opaque version tag, or ``""``.
+    """
+
+    key: str
+    size: int = -1
+    etag: str = ""
 
 
 @runtime_checkable
@@ -105,6 +125,8 @@ class SourceBase:
     #: at the fork and it rebuilds what else it holds on first use); ``get_source`` then adopts
     #: the parent's instance instead of building one per process.
     fork_safe: ClassVar[bool] = False
+    #: Whether :meth:`list_objects` lists a prefix (object stores, local directories).
+    can_list: ClassVar[bool] = False
 
     def open(self, url: str, *, offset: int = 0, length: int | None = None) -> BinaryIO:
         """Open bytes ``[offset, offset + length)`` of ``url`` (see :class:`Source`)."""
@@ -151,6 +173,18 @@ class SourceBase:
         """A session of up to ``window`` GETs in flight, of whole objects or byte ranges (see
         :mod:`.many`)."""
         return ThreadedGets(self.get_into, window=window, retries_itself=self.retries_in_get_into)
+
+    def list_objects(self, prefix: str) -> Iterator[Listed]:
+        """Every object under ``prefix`` (a URL ending with ``/``), recursively, in any order;
+        keys are relative to the prefix, and objects whose key ends with ``/`` (folder markers)
+        are left out. Raises ShardNotFoundError for a prefix that cannot exist (a missing bucket
+        or container, a directory that is not there), and ConfigurationError where the source
+        cannot list (``can_list`` is false)."""
+        raise ConfigurationError(
+            f"cannot list {redact_url(prefix)}: {type(self).__name__} has no listing. Name the objects "
+            "(a brace spec, or manifest= for object prefixes), or put an _info.json index there "
+            "(`shardstream index`)"
+        )
 
     def route(self, url: str) -> SourceBase:
         """The source whose capabilities serve ``url``: this one (a router: its scheme's)."""

@@ -15,11 +15,12 @@ from __future__ import annotations
 import os
 import secrets
 import socket
+from collections.abc import Iterator
 from typing import BinaryIO, cast
 from urllib.parse import unquote, urlparse
 
 from ..errors import AccessDeniedError, ShardNotFoundError, SourceError
-from .base import ObjectInfo, PublishingWriter, SourceBase, check_range
+from .base import Listed, ObjectInfo, PublishingWriter, SourceBase, check_range
 from .ranges import limit
 
 __all__ = ["AtomicFile", "FileSource", "local_path"]
@@ -51,6 +52,8 @@ def _translate(exc: OSError, url: str, action: str) -> SourceError:
 class FileSource(SourceBase):
     """Reads local files. Writes go to a temporary name and are renamed on close."""
 
+    can_list = True
+
     def __init__(self, *, buffering: int = 0) -> None:
         # Unbuffered by default: the tar reader asks for large blocks with readinto, so a second
         # buffer layer would only add a copy.
@@ -80,6 +83,24 @@ class FileSource(SourceBase):
         except OSError as exc:
             raise _translate(exc, url, "stat") from exc
         return ObjectInfo(size=st.st_size, etag=f"{st.st_mtime_ns:x}-{st.st_size:x}", local_path=path)
+
+    def list_objects(self, prefix: str) -> Iterator[Listed]:
+        """The files under directory ``prefix``, recursively; hidden files and directories (a
+        leading ``.``: partial writes, the cache's bookkeeping) are left out."""
+        base = local_path(prefix).rstrip("/") or "/"
+        if not os.path.isdir(base):
+            raise ShardNotFoundError(
+                f"{base!r} is not a directory; give the directory of the objects", url=base
+            )
+        for dirpath, dirnames, filenames in os.walk(base):
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+            rel = os.path.relpath(dirpath, base)
+            for name in sorted(filenames):
+                if name.startswith("."):
+                    continue
+                path = os.path.join(dirpath, name)
+                key = name if rel == "." else f"{rel.replace(os.sep, '/')}/{name}"
+                yield Listed(key, os.path.getsize(path))
 
     def create(self, url: str) -> BinaryIO:
         """A writer that publishes ``url`` when closed (see :class:`AtomicFile`)."""
