@@ -1,4 +1,4 @@
-"""Listing the files of a sample folder or an ``s3://`` prefix, grouped into samples by key.
+"""Listing the files of a sample folder or an object store prefix, grouped into samples by key.
 
 Files are grouped as tar members are (:func:`~shardstream.tar.grouping.split_key`): the key is
 the path relative to the root up to the first dot of the basename, the extension the rest, so
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigurationError, redact_url
-from ..sources import get_source
+from ..sources import get_source, scheme_of, with_defaults
 from ..tar.grouping import split_key
 
 __all__ = ["Listing", "group_files", "list_folder", "list_prefix"]
@@ -64,22 +64,14 @@ def list_folder(root: Path) -> Listing:
 
 
 def list_prefix(url: str, storage_options: Mapping[str, Any] | None = None) -> Listing:
-    """The samples in the objects under an ``s3://bucket/prefix/`` URL."""
-    # Not urlsplit: '?' and '#' belong to an S3 key (see parse_s3_url).
-    bucket, _, prefix = url[5:].partition("/") if url[:5].lower() == "s3://" else ("", "", "")
-    if not bucket:
-        raise ConfigurationError(f"{redact_url(url)} is not an s3://bucket/prefix URL")
-    prefix = prefix.lstrip("/")
-    if prefix and not prefix.endswith("/"):
-        prefix += "/"
-    source: Any = get_source(url, storage_options)  # an S3Source: its botocore client lists
-    names: list[tuple[str, str]] = []
-    try:
-        pages = source.client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
-        for page in pages:
-            for item in page.get("Contents", ()):
-                key = item["Key"]
-                names.append((key[len(prefix) :], f"s3://{bucket}/{key}"))
-    except Exception as exc:
-        raise source.translate(exc, url, action="list") from exc
+    """The samples in the objects under a store's prefix (``s3://``, ``gs://``, ``az://``,
+    ``hf://``, fsspec's), listed by the source's ``list_objects``."""
+    base = url if url.endswith("/") else url + "/"
+    source = with_defaults(get_source(base, storage_options)).route(base)
+    if not source.can_list:
+        raise ConfigurationError(
+            f"cannot list {redact_url(url)}: {scheme_of(url)}:// has no listing; pack a directory, a "
+            ".parquet file of URLs, or a prefix of a store that lists (s3://, gs://, az://, hf://)"
+        )
+    names = sorted((item.key, base + item.key) for item in source.list_objects(base))
     return group_files(names, root=url)

@@ -95,8 +95,8 @@ def _kind(src: str, source: str) -> str:
         return source
     if src.rstrip("/").endswith(".parquet"):
         return "parquet"
-    if scheme_of(src) == "s3":
-        return "prefix"
+    if scheme_of(src) not in ("file", "http", "https"):
+        return "prefix"  # an object store's prefix (s3://, gs://, az://, hf://, fsspec's)
     path = Path(src.removeprefix("file://"))
     if not path.exists():
         raise ConfigurationError(
