@@ -53,7 +53,17 @@ __all__ = [
 
 # user:password@ in any URL's authority (greedy up to the last "@" before the path, so a password
 # containing "@" is removed whole).
-_USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/?#\s]*@")
+_USERINFO = re.compile(r"(?<![A-Za-z0-9+.-])(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<info>[^/?#\s]*)@")
+# Azure's abfs[s]:// and wasb[s]:// name the container there (container@account.dfs...): kept
+# when it holds no ":" (no password).
+_CONTAINER_SCHEMES = frozenset({"abfs://", "abfss://", "wasb://", "wasbs://"})
+
+
+def _redact_userinfo(match: re.Match[str]) -> str:
+    scheme = match.group("scheme")
+    if scheme.lower() in _CONTAINER_SCHEMES and ":" not in match.group("info"):
+        return match.group(0)
+    return f"{scheme}***@"
 
 #: Query parameters whose values are secrets (compared case-insensitively). Signed URLs:
 #: AWS SigV4 (``X-Amz-Signature``, ``X-Amz-Credential``, ``X-Amz-Security-Token``) and SigV2
@@ -121,7 +131,7 @@ def redact_url(url: object) -> str:
     in :data:`_SECRET_PARAMETERS` (any case) becomes ``***``.
     """
     text = str(url)
-    text = _USERINFO.sub(r"\g<scheme>***@", text)
+    text = _USERINFO.sub(_redact_userinfo, text)
     return _QUERY_PARAM.sub(_redact_param, text)
 
 

@@ -79,6 +79,14 @@ def test_userinfo_is_redacted(url: str) -> None:
     assert "***@host" in out and out.endswith("/x.tar")
 
 
+def test_azure_container_in_the_authority_is_kept() -> None:
+    url = "abfs://container@acct.dfs.core.windows.net/train/x.tar"
+    assert redact_url(url) == url
+    assert redact_url(f"failed: {url.replace('abfs', 'ABFSS')}") == f"failed: {url.replace('abfs', 'ABFSS')}"
+    assert redact_url("abfss://user:pw@acct.dfs.core.windows.net/x") == "abfss://***@acct.dfs.core.windows.net/x"
+    assert redact_url("https://user@host/x") == "https://***@host/x"
+
+
 def test_several_urls_in_one_message_and_parameter_lookalikes() -> None:
     text = (
         "cannot open 'https://h/a?X-Amz-Signature=AAA' (redirected to https://u:pw@cdn/b?sig=BBB&sp=r) "
