@@ -65,6 +65,7 @@ def _redact_userinfo(match: re.Match[str]) -> str:
         return match.group(0)
     return f"{scheme}***@"
 
+
 #: Query parameters whose values are secrets (compared case-insensitively). Signed URLs:
 #: AWS SigV4 (``X-Amz-Signature``, ``X-Amz-Credential``, ``X-Amz-Security-Token``) and SigV2
 #: (``AWSAccessKeyId``, ``Signature``); GCS V4 (``X-Goog-Signature``, ``X-Goog-Credential``) and V2

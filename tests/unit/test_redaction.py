@@ -83,7 +83,9 @@ def test_azure_container_in_the_authority_is_kept() -> None:
     url = "abfs://container@acct.dfs.core.windows.net/train/x.tar"
     assert redact_url(url) == url
     assert redact_url(f"failed: {url.replace('abfs', 'ABFSS')}") == f"failed: {url.replace('abfs', 'ABFSS')}"
-    assert redact_url("abfss://user:pw@acct.dfs.core.windows.net/x") == "abfss://***@acct.dfs.core.windows.net/x"
+    assert (
+        redact_url("abfss://user:pw@acct.dfs.core.windows.net/x") == "abfss://***@acct.dfs.core.windows.net/x"
+    )
     assert redact_url("https://user@host/x") == "https://***@host/x"
 
 

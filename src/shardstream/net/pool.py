@@ -30,6 +30,10 @@ __all__ = ["ConnectionPool", "PooledBody"]
 _READ_BUFFER = io.DEFAULT_BUFFER_SIZE
 
 
+#: Methods that a stale keep-alive connection may silently send again.
+_IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "DELETE"})
+
+
 class PooledBody:
     """A response body. Read to the end, its connection goes back to the pool; closed early, the
     connection is closed (draining a large shard's remainder would cost more than reconnecting).
@@ -196,8 +200,11 @@ class ConnectionPool:
     ) -> PooledBody:
         """Send a request and return its body once the status line and headers have arrived.
 
-        A reused keep-alive connection that the server already closed is replaced once, silently;
-        other network errors propagate as the standard library raised them. The headers must
+        A reused keep-alive connection that the server already closed is replaced, silently, for
+        idempotent methods (GET, HEAD, OPTIONS, DELETE); for others (a POST, an upload's chunk
+        PUT) the server may have acted on the request, so the error propagates and the caller
+        decides (an upload asks its session what arrived). Other network errors propagate as the
+        standard library raised them. The headers must
         arrive within ``response_timeout``; body reads then wait up to ``read_timeout``.
         """
         parts = urlsplit(url)
@@ -224,7 +231,7 @@ class ConnectionPool:
                     conn.sock.settimeout(self.read_timeout)
             except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
                 conn.close()
-                if reused:
+                if reused and method in _IDEMPOTENT:
                     continue
                 raise
             except BaseException:
