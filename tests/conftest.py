@@ -57,6 +57,60 @@ def http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         server.stop()
 
 
+@pytest.fixture(scope="session")
+def gcs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """fake-gcs-server (Google Cloud Storage's JSON and XML APIs) on loopback, stopped by PID."""
+    from shardstream.testing.fakegcs import FakeGCS
+
+    server = FakeGCS(tmp_path_factory.mktemp("fake-gcs"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def azurite_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Microsoft's Azurite (Blob service) on loopback, stopped by PID; skipped without Node.js."""
+    from shardstream.testing.azurite import Azurite, azurite_binary
+
+    if azurite_binary() is None:
+        pytest.skip("Azurite is not installed: `bash run.sh setup` installs it with npm (needs Node.js)")
+    server = Azurite(tmp_path_factory.mktemp("azurite"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def hub_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The loopback stand-in for the Hugging Face Hub's HTTP API (with its CDN on a second port)."""
+    from shardstream.testing.hub import HubStandIn
+
+    server = HubStandIn(tmp_path_factory.mktemp("hub"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def ftp_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A real FTP server (pyftpdlib, a child process stopped by PID): the fsspec fallback's store."""
+    from _ftp import FTPServer
+
+    server = FTPServer(tmp_path_factory.mktemp("ftp-root"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Tests never see the developer's SHARDSTREAM_*/WDS_* or launcher variables."""
@@ -69,6 +123,19 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
             "SLURM_PROCID",
             "SLURM_NTASKS",
             "SLURM_LOCALID",
+            # the cloud stores' own variables (gs://, az://, hf://): tests set what they need
+            "STORAGE_EMULATOR_HOST",
+            "GOOGLE_APPLICATION_CREDENTIALS",
+            "AZURE_STORAGE_CONNECTION_STRING",
+            "AZURE_STORAGE_ACCOUNT_NAME",
+            "AZURE_STORAGE_ACCOUNT",
+            "AZURE_STORAGE_ACCOUNT_KEY",
+            "AZURE_STORAGE_KEY",
+            "AZURE_STORAGE_SAS_TOKEN",
+            "HF_TOKEN",
+            "HUGGING_FACE_HUB_TOKEN",
+            "HF_TOKEN_PATH",
+            "HF_ENDPOINT",
         ):
             monkeypatch.delenv(name, raising=False)
     # This process runs the test servers' threads, so WebLoader's rule (loader/_start.py) would

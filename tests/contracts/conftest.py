@@ -1,5 +1,8 @@
 """Fixtures of the Source contract suite: ``backend`` runs each test against every source.
 
+The cloud stores run against their emulators (fake-gcs-server, Azurite, the Hub stand-in in
+``shardstream.testing``); the fsspec fallback against a real FTP server (pyftpdlib).
+
 The network backends use the same loopback servers as the integration tests (``_servers.py``):
 an HTTP file server and SeaweedFS, each behind a :class:`FaultProxy` that counts open
 connections, so "close releases the connection" is measured at the wire. Servers start once per
@@ -34,6 +37,10 @@ BACKENDS = [
     "memory",
     "http",
     pytest.param("s3", marks=pytest.mark.s3),
+    "gcs",
+    "azure",
+    "hf",
+    "fsspec",
     "pipe",
     "router-http",
     "cached-http-cold",
@@ -55,6 +62,22 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
         made = http_backend(request.getfixturevalue("http_server"), source)
     elif kind == "s3":
         made = s3_backend(request.getfixturevalue("s3_server"))
+    elif kind == "gcs":
+        from _backend_gcs import gcs_backend
+
+        made = gcs_backend(request.getfixturevalue("gcs_server"))
+    elif kind == "azure":
+        from _backend_azure import azure_backend
+
+        made = azure_backend(request.getfixturevalue("azurite_server"))
+    elif kind == "hf":
+        from _backend_hf import hf_backend
+
+        made = hf_backend(request.getfixturevalue("hub_server"))
+    elif kind == "fsspec":
+        from _backend_fsspec import fsspec_backend
+
+        made = fsspec_backend(request.getfixturevalue("ftp_server"))
     elif kind == "pipe":
         made = pipe_backend(tmp_path)
     elif kind.startswith("cached-http"):
