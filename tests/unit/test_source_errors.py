@@ -233,8 +233,9 @@ def test_unknown_option_is_an_error_not_ignored(tmp_path: object) -> None:
     from shardstream.errors import ConfigurationError
     from shardstream.sources import SchemeRouter, check_storage_options, open_url
 
-    with pytest.raises(ConfigurationError, match="unknown storage option.*'endpoint'") as info:
-        open_url(str(tmp_path) + "/a.tar", storage_options={"endpoint": "http://x"})
+    # (``endpoint`` itself is hf://'s option; ``endpoint_uri`` is nobody's)
+    with pytest.raises(ConfigurationError, match="unknown storage option.*'endpoint_uri'") as info:
+        open_url(str(tmp_path) + "/a.tar", storage_options={"endpoint_uri": "http://x"})
     assert "endpoint_url" in str(info.value)  # the message lists what each scheme accepts
     with pytest.raises(ConfigurationError, match="'read_timout'"):
         SchemeRouter({"read_timout": 1})

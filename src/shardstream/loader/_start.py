@@ -77,7 +77,11 @@ def choose(given: Any = None) -> StartChoice:
     foreign = foreign_threads()
     if foreign:
         return StartChoice(
-            "forkserver", _server_context(), "other threads run in this process: " + "; ".join(foreign[:6])
+            "forkserver",
+            _server_context(),
+            "other threads run in this process: "
+            + "; ".join(foreign[:6])
+            + (f"; and {len(foreign) - 6} more" if len(foreign) > 6 else ""),
         )
     return StartChoice("fork", multiprocessing.get_context("fork"), "no other thread runs in this process")
 
