@@ -174,3 +174,34 @@ def test_the_epoch_planner_opens_the_next_piece_ahead_and_reads_the_same(
     assert [proxy.gets(path_of(u)) for u in shards] == ([1, 1, 1] if mode == "equal" else [2, 1, 1])
     assert len(without) == (119 if mode == "equal" else 126)  # 17 batches of 7; 18 with padding
     assert wait_until(lambda: not ahead_threads())
+
+
+@pytest.mark.parametrize("store", ["gcs", "azure", "hf"])
+def test_the_router_opens_ahead_on_every_object_store(
+    store: str, request: pytest.FixtureRequest, tmp_path
+) -> None:
+    # The router asks the scheme's source (its declared ``opens_ahead``), not a list of schemes:
+    # gs://, az:// and hf:// shards are opened ahead like s3:// ones; local files are not.
+    data = shard_bytes(7)
+    if store == "gcs":
+        server = request.getfixturevalue("gcs_server")
+        url, options = server.put_object(server.create_bucket("ahead"), "a.tar", data), server.storage_options
+    elif store == "azure":
+        server = request.getfixturevalue("azurite_server")
+        url, options = (
+            server.put_blob(server.create_container("ahead"), "a.tar", data),
+            server.storage_options,
+        )
+    else:
+        server = request.getfixturevalue("hub_server")
+        server.add_file("ahead/repo", "a.tar", data)
+        url, options = "hf://datasets/ahead/repo/a.tar", {"endpoint": server.endpoint, "token": False}
+    router = SchemeRouter(options)
+    pending = router.open_ahead(url)
+    assert pending is not None
+    with pending.result() as stream:
+        assert stream.read() == data
+    local = tmp_path / "a.tar"
+    local.write_bytes(data)
+    assert router.open_ahead(str(local)) is None
+    assert wait_until(lambda: not ahead_threads())

@@ -89,7 +89,7 @@ class Dataset(DataPipeline, FluidInterface):
             handler: error policy for shard errors (default: raise).
             empty_check: raise a clear error when an epoch yields no sample (default True).
             log_shards: log every shard as it is opened (INFO, ``shardstream.readers.read_shards``).
-            read_ahead: open the next ``s3://`` or ``http(s)://`` shard while this one is read
+            read_ahead: open the next object-store or ``http(s)://`` shard while this one is read
                 (default True; not through the cache). See :class:`ReadShards`.
 
         Telemetry:

@@ -6,7 +6,7 @@ offset and goes on: no sample is read twice or skipped. Positions of single samp
 (``tell``/``item_at``) are ``[shard number, byte offset]``.
 
 Read-ahead: while a shard is read, the next one is already taken from the shard list and, when
-the source can (``open_ahead``: ``s3://`` and ``http(s)://`` through the default source, not
+the source can (``open_ahead``: the object stores and ``http(s)://`` through the default source, not
 through the shard cache), opened in a thread, so the next request's round trip passes while this
 shard is parsed. The shard taken ahead is part of the state (``"ahead"``): the shard list's own
 state is already past it, and a restored reader reads it next, from its start.
@@ -224,7 +224,7 @@ class ReadShards(Stage):
         handler: error policy (default: raise).
         log_shards: log every shard as it is opened (INFO).
         read_ahead: open the next shard while this one is read (default True), where the
-            source offers ``open_ahead`` (``s3://`` and ``http(s)://`` through the default
+            source offers ``open_ahead`` (object stores and ``http(s)://`` through the default
             source; not through the shard cache or a custom source). The next shard's request
             round trip then passes while this shard is parsed.
     """

@@ -52,8 +52,6 @@ class UploadTarget(Protocol):
         url: str,
         headers: Mapping[str, str] | None = None,
         body: bytes | None = None,
-        *,
-        upload: bool = False,
     ) -> PooledBody: ...
 
     def error(self, status: int, url: str, detail: str, *, action: str = "open") -> SourceError: ...
@@ -145,7 +143,7 @@ class GCSWriter(PublishingWriter):
         self._buffer = bytearray()
         if session is not None:
             try:  # GCS answers 499; an unfinished session also expires after a week
-                self._source.request("DELETE", session, {"Content-Length": "0"}, upload=True).close()
+                self._source.request("DELETE", session, {"Content-Length": "0"}).close()
             except Exception:
                 pass
         if not self.closed:
@@ -156,7 +154,7 @@ class GCSWriter(PublishingWriter):
     def _call(self, method: str, target: str, headers: dict[str, str], body: bytes) -> _Answer:
         """One request; network errors and transient statuses become TransientSourceError."""
         try:
-            answer = _Answer(self._source.request(method, target, headers, body, upload=True))
+            answer = _Answer(self._source.request(method, target, headers, body))
         except SourceError:
             raise
         except Exception as exc:

@@ -15,10 +15,9 @@ from ._ahead import PendingOpen
 from ._registry import _check_known, check_pipe, check_storage_options, get_source, scheme_of
 from .base import ObjectInfo, Source, SourceBase, WritableSource, with_defaults
 
-__all__ = ["REMOTE_SCHEMES", "SchemeRouter"]
+__all__ = ["SchemeRouter"]
 
 #: Schemes whose ``open`` waits for a server's answer: worth opening before their turn.
-REMOTE_SCHEMES = frozenset({"s3", "http", "https"})
 
 
 class SchemeRouter(SourceBase):
@@ -77,12 +76,11 @@ class SchemeRouter(SourceBase):
         return source.open(url, offset=offset, length=length)
 
     def open_ahead(self, url: str, *, offset: int = 0, length: int | None = None) -> PendingOpen | None:
-        """Start opening ``url`` in a thread now (see :mod:`._ahead`), for ``s3://`` and
-        ``http(s)://`` URLs, whose open waits for a round trip; ``None`` for other schemes (a
-        local file opens in microseconds; a ``pipe:`` command is started only when read)."""
-        if scheme_of(url) not in REMOTE_SCHEMES:
-            return None
-        return PendingOpen(lambda: self.open(url, offset=offset, length=length))
+        """Start opening ``url`` in a thread now (see :mod:`._ahead`) where its scheme's source
+        ``opens_ahead`` (an open that waits for a round trip: ``s3://``, ``gs://``, ``az://``,
+        ``hf://``, ``http(s)://``); ``None`` for the others (a local file opens in microseconds; a
+        ``pipe:`` command is started only when read)."""
+        return self.route(url).open_ahead(url, offset=offset, length=length)
 
     def stat(self, url: str) -> ObjectInfo:
         """Size and version of ``url``."""

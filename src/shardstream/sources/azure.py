@@ -39,8 +39,7 @@ from ..errors import (
     TransientSourceError,
     redact_url,
 )
-from ..net.pool import ConnectionPool, PooledBody
-from ._ahead import PendingOpen
+from ..net.pool import PooledBody
 from ._azure_auth import (
     DEV_ACCOUNT,
     DEV_KEY,
@@ -123,6 +122,9 @@ class AzureSource(SourceBase):
     fork_safe = True
     can_list = True
 
+    #: An open waits for a round trip: ``open_ahead`` starts it on a thread.
+    opens_ahead = True
+
     def __init__(
         self,
         *,
@@ -163,14 +165,13 @@ class AzureSource(SourceBase):
         self.policy = RetryPolicy.from_options(
             retries=retries, retry_deadline=retry_deadline, first_byte_deadline=first_byte_deadline
         )
-        _, context, proxies = network(verify)
-        self.pool = ConnectionPool(
+        net = network(
+            verify,
             connect_timeout=connect_timeout,
-            read_timeout=read_timeout,
             response_timeout=response_timeout,
-            ssl_context=context,
-            proxies=proxies,
+            read_timeout=read_timeout,
         )
+        self.pool = net.pool()
 
     def _credential(
         self,
@@ -350,10 +351,6 @@ class AzureSource(SourceBase):
             policy=self.policy,
         )
         return cast(BinaryIO, reader)
-
-    def open_ahead(self, url: str, *, offset: int = 0, length: int | None = None) -> PendingOpen:
-        """Start opening ``url`` on a thread now (an open waits for a round trip; see :mod:`._ahead`)."""
-        return PendingOpen(functools.partial(self.open, url, offset=offset, length=length))
 
     def stat(self, url: str) -> ObjectInfo:
         """Size and ETag from a ``HEAD`` (Get Blob Properties)."""

@@ -4,8 +4,9 @@
 :class:`SourceBase` adds the optional capabilities with defaults built from those, as fsspec's
 ``AsyncFileSystem._cat`` is built from ``_cat_file``; a source overrides what it does better:
 
-- ``open_ahead(url)``: start opening before the stream is needed (default: ``None``, not worth
-  it; the ``s3://`` and ``http(s)://`` sources start the open on a thread).
+- ``open_ahead(url)``: start opening before the stream is needed. A source whose open waits for
+  a round trip declares ``opens_ahead = True`` (``s3://``, ``gs://``, ``az://``, ``hf://``,
+  ``http(s)://``) and the open runs on a thread; otherwise ``None``: not worth it.
 - ``size(url)``: the object's length (default: from ``stat``).
 - ``get_into(url, sink, offset=, length=)``: a whole object or a byte range appended to a buffer
   (default: from the ranged ``open``); the class attribute ``retries_in_get_into`` says whether
@@ -26,6 +27,7 @@ Every built-in source derives from :class:`SourceBase`; a user's source that onl
 
 from __future__ import annotations
 
+import functools
 import io
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -127,6 +129,8 @@ class SourceBase:
     fork_safe: ClassVar[bool] = False
     #: Whether :meth:`list_objects` lists a prefix (object stores, local directories).
     can_list: ClassVar[bool] = False
+    #: Whether an open waits for a round trip, so that :meth:`open_ahead` starts it on a thread.
+    opens_ahead: ClassVar[bool] = False
 
     def open(self, url: str, *, offset: int = 0, length: int | None = None) -> BinaryIO:
         """Open bytes ``[offset, offset + length)`` of ``url`` (see :class:`Source`)."""
@@ -140,9 +144,14 @@ class SourceBase:
         """Release pools and clients (default: nothing to release)."""
 
     def open_ahead(self, url: str, *, offset: int = 0, length: int | None = None) -> PendingOpen | None:
-        """Start opening ``url`` now, for a stream needed later; ``None`` when the open is cheap
-        (the default): the caller then opens when it needs the stream."""
-        return None
+        """Start opening ``url`` now on a thread (see :mod:`._ahead`), for a stream needed later,
+        when the source ``opens_ahead``; else ``None`` (the open is cheap): the caller then opens
+        when it needs the stream."""
+        if not self.opens_ahead:
+            return None
+        from ._ahead import PendingOpen
+
+        return PendingOpen(functools.partial(self.open, url, offset=offset, length=length))
 
     def size(self, url: str) -> int | None:
         """Length of ``url`` in bytes (``None`` when the source cannot tell)."""

@@ -26,9 +26,7 @@ from urllib.parse import quote, urlsplit
 
 from ..config import UNSET, store_env
 from ..errors import ConfigurationError, ObjectChangedError, SourceError, TransientSourceError, redact_url
-from ..net.pool import ConnectionPool, PooledBody
-from ..net.whole import WholeBodyPool
-from ._ahead import PendingOpen
+from ..net.pool import PooledBody
 from ._gcs_auth import GCSAuth
 from ._gcs_writer import GCSWriter
 from ._resume import Opened, ResumableReader, range_header
@@ -110,6 +108,9 @@ class GCSSource(SourceBase):
     #: flight when it is throttled.
     retries_in_get_into = False
 
+    #: An open waits for a round trip: ``open_ahead`` starts it on a thread.
+    opens_ahead = True
+
     def __init__(
         self,
         *,
@@ -150,32 +151,15 @@ class GCSSource(SourceBase):
         self.policy = RetryPolicy.from_options(
             retries=retries, retry_deadline=retry_deadline, first_byte_deadline=first_byte_deadline
         )
-        _, context, proxies = network(verify)
-        self.pool = ConnectionPool(
+        net = network(
+            verify,
             connect_timeout=connect_timeout,
-            read_timeout=read_timeout,
             response_timeout=response_timeout,
-            ssl_context=context,
-            proxies=proxies,
-        )
-        # Uploads open a connection per request: the pool sends a request again, silently, when a
-        # reused connection turns out closed, and a chunk sent twice may be appended twice.
-        self.upload_pool = ConnectionPool(
-            connect_timeout=connect_timeout,
             read_timeout=read_timeout,
-            response_timeout=response_timeout,
-            ssl_context=context,
-            proxies=proxies,
-            max_idle=0,
         )
+        self.pool = net.pool()
         # Whole small objects (get_into, get_many) take a leaner client than streamed ones.
-        self.whole = WholeBodyPool(
-            connect_timeout=connect_timeout,
-            read_timeout=read_timeout,
-            response_timeout=response_timeout,
-            ssl_context=context,
-            proxies=proxies,
-        )
+        self.whole = net.whole()
         on_emulator = emulator is not None and endpoint_url is None
         self.auth = GCSAuth(
             token=token, emulator=on_emulator, project=project or env.google_cloud_project, pool=self.pool
@@ -216,16 +200,14 @@ class GCSSource(SourceBase):
         url: str,
         headers: Mapping[str, str] | None = None,
         body: bytes | None = None,
-        *,
-        upload: bool = False,
     ) -> PooledBody:
         """``method url`` with the credentials (on the endpoint's origin only); a 401 refreshes
-        the token once and sends the request again. ``upload``: on a new connection (see
-        ``upload_pool``). Network errors propagate untranslated."""
-        pool = self.upload_pool if upload else self.pool
+        the token once and sends the request again. Network errors propagate untranslated (the
+        pool never sends an upload's PUT or POST twice on its own: the writer asks the session
+        what arrived)."""
         for attempt in range(2):
             auth = self.auth.headers() if self.same_origin(url) else {}
-            response = pool.request(method, url, headers={**(headers or {}), **auth}, body=body)
+            response = self.pool.request(method, url, headers={**(headers or {}), **auth}, body=body)
             if response.response.status != 401 or attempt or not self.auth.refresh_after_401(auth):
                 return response
             response.close()
@@ -303,10 +285,6 @@ class GCSSource(SourceBase):
             policy=self.policy,
         )
         return cast(BinaryIO, reader)
-
-    def open_ahead(self, url: str, *, offset: int = 0, length: int | None = None) -> PendingOpen:
-        """Start opening ``url`` on a thread now (an open waits for a round trip; see :mod:`._ahead`)."""
-        return PendingOpen(functools.partial(self.open, url, offset=offset, length=length))
 
     def get_into(
         self,
@@ -440,5 +418,4 @@ class GCSSource(SourceBase):
 
     def close(self) -> None:
         self.pool.close()
-        self.upload_pool.close()
         self.whole.close()

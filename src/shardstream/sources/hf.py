@@ -52,9 +52,8 @@ from ..errors import (
     redact_url,
 )
 from ..forks import ForkSafeLock
-from ..net.pool import ConnectionPool, PooledBody
+from ..net.pool import PooledBody
 from ..net.redirect import REDIRECT_STATUSES, follow_redirects, origin
-from ._ahead import PendingOpen
 from ._hf_errors import hub_error
 from ._hf_paths import HFPath, expiry, find_token, parse_hf_url
 from ._resume import EmptyBody, Opened, ResumableReader, range_header
@@ -116,6 +115,9 @@ class HFSource(SourceBase):
     fork_safe = True  # the pool forgets the parent's connections; the URL cache is plain data
     can_list = True
 
+    #: An open waits for a round trip: ``open_ahead`` starts it on a thread.
+    opens_ahead = True
+
     def __init__(
         self,
         *,
@@ -146,14 +148,13 @@ class HFSource(SourceBase):
         )
         self.max_redirects = check_max_redirects(max_redirects)
         self.url_ttl = float(url_ttl)
-        _, context, proxies = network(verify)
-        self.pool = ConnectionPool(
+        net = network(
+            verify,
             connect_timeout=connect_timeout,
-            read_timeout=read_timeout,
             response_timeout=response_timeout,
-            ssl_context=context,
-            proxies=proxies,
+            read_timeout=read_timeout,
         )
+        self.pool = net.pool()
         self._resolved: collections.OrderedDict[HFPath, _Resolved] = collections.OrderedDict()
         self._lock = ForkSafeLock()
 
@@ -348,10 +349,6 @@ class HFSource(SourceBase):
             policy=self.policy,
         )
         return cast(BinaryIO, reader)
-
-    def open_ahead(self, url: str, *, offset: int = 0, length: int | None = None) -> PendingOpen:
-        """Start opening ``url`` on a thread now (an open waits for two round trips)."""
-        return PendingOpen(functools.partial(self.open, url, offset=offset, length=length))
 
     def _retrying(self, url: str, action: str, attempt: functools.partial[Any]) -> Any:
         """Run one request of the Hub's API (``attempt``) with the retry budget of a stream."""

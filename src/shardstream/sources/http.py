@@ -12,14 +12,15 @@ from __future__ import annotations
 import functools
 import ssl
 from collections.abc import Mapping
-from typing import BinaryIO, cast
+from dataclasses import dataclass
+from typing import Any, BinaryIO, cast
 
 from ..config import UNSET, network_env
 from ..errors import ConfigurationError, SourceError
 from ..net.pool import ConnectionPool, PooledBody
 from ..net.proxy import Proxies
 from ..net.redirect import basic_auth, follow_redirects
-from ._ahead import PendingOpen
+from ..net.whole import WholeBodyPool
 from ._resume import EmptyBody, Opened, ResumableReader, range_header
 from ._retry import RetryPolicy
 from ._status import network_error, status_error
@@ -27,6 +28,7 @@ from .base import ObjectInfo, SourceBase, check_range
 
 __all__ = [
     "HTTPSource",
+    "Network",
     "beyond_end",
     "check_max_redirects",
     "content_range_total",
@@ -65,13 +67,55 @@ def ssl_context(verify: bool | str) -> ssl.SSLContext:
     return ssl.create_default_context()
 
 
-def network(verify: bool | str, *, aws: bool = False) -> tuple[bool | str, ssl.SSLContext, Proxies | None]:
-    """The TLS trust and the proxies of a source, as curl and botocore choose them.
+@dataclass(frozen=True)
+class Network:
+    """A source's TLS trust, proxies and timeouts, and the clients built from them.
+
+    Attributes:
+        verify: ``verify`` as resolved (a CA bundle path from the environment, or as given).
+        context: the TLS context.
+        proxies: the proxies from the environment, or ``None``.
+        timeouts: ``connect_timeout``, ``response_timeout`` and ``read_timeout`` in seconds.
+    """
+
+    verify: bool | str
+    context: ssl.SSLContext
+    proxies: Proxies | None
+    timeouts: tuple[float, float, float]
+
+    def _options(self) -> dict[str, Any]:
+        connect, response, read = self.timeouts
+        return {
+            "connect_timeout": connect,
+            "response_timeout": response,
+            "read_timeout": read,
+            "ssl_context": self.context,
+            "proxies": self.proxies,
+        }
+
+    def pool(self) -> ConnectionPool:
+        """A pool of streamed-body connections (:mod:`shardstream.net.pool`)."""
+        return ConnectionPool(**self._options())
+
+    def whole(self) -> WholeBodyPool:
+        """A pool for whole small bodies (:mod:`shardstream.net.whole`)."""
+        return WholeBodyPool(**self._options())
+
+
+def network(
+    verify: bool | str,
+    *,
+    aws: bool = False,
+    connect_timeout: float = 10.0,
+    response_timeout: float = 20.0,
+    read_timeout: float = 60.0,
+) -> Network:
+    """The TLS trust and the proxies of a source, as curl and botocore choose them, with its
+    timeouts: what its connection pools are built from (:class:`Network`).
 
     An explicit ``verify`` (a path, or ``False``) wins; ``verify=True`` takes ``AWS_CA_BUNDLE``
     (S3 only, ``aws=True``), else ``REQUESTS_CA_BUNDLE``/``CURL_CA_BUNDLE``, else the system's trust
     store. Proxies come from ``HTTPS_PROXY``/``HTTP_PROXY``/``NO_PROXY`` (:mod:`shardstream.net.proxy`).
-    Returns ``(verify as resolved, TLS context, proxies or None)``.
     """
     env = network_env()
     if verify is True:
@@ -79,7 +123,12 @@ def network(verify: bool | str, *, aws: bool = False) -> tuple[bool | str, ssl.S
         if bundle:
             verify = bundle
     proxies = Proxies(env.http_proxy, env.https_proxy, env.no_proxy)
-    return verify, ssl_context(verify), proxies if proxies else None
+    return Network(
+        verify,
+        ssl_context(verify),
+        proxies if proxies else None,
+        (connect_timeout, response_timeout, read_timeout),
+    )
 
 
 def _error_detail(body: PooledBody) -> str:
@@ -153,6 +202,9 @@ class HTTPSource(SourceBase):
         max_redirects: redirects followed per request (default 10; 0 treats a redirect as an error).
     """
 
+    #: An open waits for a round trip: ``open_ahead`` starts it on a thread.
+    opens_ahead = True
+
     def __init__(
         self,
         *,
@@ -171,14 +223,12 @@ class HTTPSource(SourceBase):
             retries=retries, retry_deadline=retry_deadline, first_byte_deadline=first_byte_deadline
         )
         self.max_redirects = check_max_redirects(max_redirects)
-        _, context, proxies = network(verify)
-        self.pool = ConnectionPool(
+        self.pool = network(
+            verify,
             connect_timeout=connect_timeout,
-            read_timeout=read_timeout,
             response_timeout=response_timeout,
-            ssl_context=context,
-            proxies=proxies,
-        )
+            read_timeout=read_timeout,
+        ).pool()
 
     def __repr__(self) -> str:  # header values may be secrets: show names only
         return f"HTTPSource(headers={sorted(self._headers)}, policy={self.policy!r})"
@@ -229,10 +279,6 @@ class HTTPSource(SourceBase):
             policy=self.policy,
         )
         return cast(BinaryIO, reader)
-
-    def open_ahead(self, url: str, *, offset: int = 0, length: int | None = None) -> PendingOpen:
-        """Start opening ``url`` on a thread now (an open waits for a round trip; see :mod:`._ahead`)."""
-        return PendingOpen(functools.partial(self.open, url, offset=offset, length=length))
 
     def stat(self, url: str) -> ObjectInfo:
         """Size and ETag from a ``HEAD`` request."""

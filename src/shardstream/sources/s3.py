@@ -24,9 +24,6 @@ from ..config import UNSET
 from ..errors import ConfigurationError, SourceError, TransientSourceError, redact_url
 from ..forks import ForkSafeLock, GatedExecutor
 from ..net.multiplex import AVAILABLE as MULTIPLEX_AVAILABLE
-from ..net.pool import ConnectionPool
-from ..net.whole import WholeBodyPool
-from ._ahead import PendingOpen
 from ._resume import Opened, ResumableReader, range_header
 from ._retry import RetryPolicy
 from ._s3_errors import _CODES as _CODES
@@ -85,6 +82,9 @@ class S3Source(S3Addressing, SourceBase):
     fork_safe = True
     can_list = True
 
+    #: An open waits for a round trip: ``open_ahead`` starts it on a thread.
+    opens_ahead = True
+
     def __init__(
         self,
         *,
@@ -124,14 +124,21 @@ class S3Source(S3Addressing, SourceBase):
         )
         self.requests: Counter[str] = Counter()  # GETs per URL (resumes included), for tests/stats
         self._count_lock = ForkSafeLock()
-        verify, context, proxies = network(verify, aws=True)  # AWS_CA_BUNDLE, proxies from the env
+        # AWS_CA_BUNDLE, proxies from the env
+        net = network(
+            verify,
+            aws=True,
+            connect_timeout=connect_timeout,
+            response_timeout=response_timeout,
+            read_timeout=read_timeout,
+        )
         self._client_args = dict(
             endpoint_url=endpoint_url,
             region_name=region,
             aws_access_key_id=access_key_id or key,
             aws_secret_access_key=secret_access_key or secret,
             aws_session_token=session_token or token,
-            verify=verify,
+            verify=net.verify,
         )
         self._timeouts = (connect_timeout, read_timeout)
         self._client_lock = ForkSafeLock()
@@ -146,21 +153,9 @@ class S3Source(S3Addressing, SourceBase):
         self.region: str | None = self._client.meta.region_name
         self._signer = SigV4Signer(self._frozen_credentials, self.region or "us-east-1")
         self._bases = {}  # bucket -> (address, Host, prefix)
-        self.pool = ConnectionPool(
-            connect_timeout=connect_timeout,
-            read_timeout=read_timeout,
-            response_timeout=response_timeout,
-            ssl_context=context,
-            proxies=proxies,
-        )
+        self.pool = net.pool()
         # Whole small objects (get_into, get_many) take a leaner client than streamed shards.
-        self.whole = WholeBodyPool(
-            connect_timeout=connect_timeout,
-            read_timeout=read_timeout,
-            response_timeout=response_timeout,
-            ssl_context=context,
-            proxies=proxies,
-        )
+        self.whole = net.whole()
 
     def __repr__(self) -> str:
         return (
@@ -285,10 +280,6 @@ class S3Source(S3Addressing, SourceBase):
             policy=self.policy,
         )
         return cast(BinaryIO, reader)
-
-    def open_ahead(self, url: str, *, offset: int = 0, length: int | None = None) -> PendingOpen:
-        """Start opening ``url`` on a thread now (an open waits for a round trip; see :mod:`._ahead`)."""
-        return PendingOpen(functools.partial(self.open, url, offset=offset, length=length))
 
     def get_many(self, *, window: int) -> ManyGets:
         """Whole objects or byte ranges many at a time on this thread's ``epoll`` loop (:mod:`._s3_many`);
