@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ftplib
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import psutil
 
-from shardstream.testing.seaweed import LOOPBACK, free_ports
+from shardstream.testing.seaweed import LOOPBACK, free_ports, stop_process_group
 
 __all__ = ["FTPServer"]
 
@@ -106,17 +105,8 @@ class FTPServer:
 
     def stop(self, timeout: float = 3.0) -> None:
         proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout)
-        except (subprocess.TimeoutExpired, ProcessLookupError):
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait()
+        if proc is not None:
+            stop_process_group(proc, timeout)
 
     def __enter__(self) -> FTPServer:
         return self.start()

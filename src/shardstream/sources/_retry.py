@@ -9,13 +9,18 @@ arithmetic for a server that accepts connections and never answers.
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import cast
+from typing import TypeVar, cast
 
 from ..config import UNSET, read_settings
+from ..errors import TransientSourceError
+
+log = logging.getLogger("shardstream.sources")
+_T = TypeVar("_T")
 
 __all__ = ["RetryPolicy", "Sleep", "silent_server_give_up"]
 
@@ -102,6 +107,25 @@ class RetryPolicy:
         if remaining <= 0:
             return None
         return min(self.backoff(retry), remaining)
+
+    def call(self, attempt: Callable[[], _T], what: str) -> _T:
+        """``attempt()``, retried on :class:`~shardstream.errors.TransientSourceError` within the
+        attempts and the deadline; each retry is logged (``retry <k>/<max> for <what> in <s>s:
+        <error>``, ``what`` already redacted), and the last error is raised when the budget is
+        spent. For whole requests (stat, a listing page, an upload's block); streams resume
+        through :class:`~._resume.ResumableReader` instead."""
+        started = time.monotonic()
+        failures = 0
+        while True:
+            try:
+                return attempt()
+            except TransientSourceError as exc:
+                failures += 1
+                delay = self.next_delay(failures, started)
+                if delay is None:
+                    raise
+                log.warning("retry %d/%d for %s in %.2fs: %s", failures, self.attempts - 1, what, delay, exc)
+                self.sleep(delay)
 
 
 def silent_server_give_up(policy: RetryPolicy, attempt_seconds: float) -> float:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -36,7 +35,6 @@ from ..config import UNSET, StoreEnv, store_env
 from ..errors import (
     ConfigurationError,
     SourceError,
-    TransientSourceError,
     redact_url,
 )
 from ..net.pool import PooledBody
@@ -287,21 +285,7 @@ class AzureSource(SourceBase):
 
     def retrying(self, call: Callable[[], _T], url: str) -> _T:
         """``call()``, retried on TransientSourceError within the retry budget."""
-        started = time.monotonic()
-        failures = 0
-        while True:
-            try:
-                return call()
-            except TransientSourceError as exc:
-                failures += 1
-                delay = self.policy.next_delay(failures, started)
-                if delay is None:
-                    raise
-                log.warning(
-                    "retry %d/%d for %s in %.2fs: %s",
-                    failures, self.policy.attempts - 1, redact_url(url), delay, exc,
-                )  # fmt: skip
-                self.policy.sleep(delay)
+        return self.policy.call(call, redact_url(url))
 
     def _endpoint(self, account: str) -> str:
         return self.endpoint_url or f"https://{account}.blob.core.windows.net"

@@ -352,25 +352,16 @@ class HFSource(SourceBase):
 
     def _retrying(self, url: str, action: str, attempt: functools.partial[Any]) -> Any:
         """Run one request of the Hub's API (``attempt``) with the retry budget of a stream."""
-        failures, started = 0, time.monotonic()
-        while True:
+
+        def translated() -> Any:
             try:
                 return attempt()
-            except TransientSourceError as exc:
-                error: SourceError = exc
             except SourceError:
                 raise
             except Exception as exc:
-                error = network_error(exc, url, endpoint=self.endpoint)
-                if not isinstance(error, TransientSourceError):
-                    raise error from exc
-            failures += 1
-            delay = self.policy.next_delay(failures, started)
-            if delay is None:
-                raise error
-            log.warning("retry %d/%d of %s %s in %.2fs: %s", failures, self.policy.attempts - 1, action,
-                        redact_url(url), delay, error)  # fmt: skip
-            self.policy.sleep(delay)
+                raise network_error(exc, url, endpoint=self.endpoint) from exc
+
+        return self.policy.call(translated, f"{action} of {redact_url(url)}")
 
     def stat(self, url: str) -> ObjectInfo:
         """Size and version from a ``HEAD`` of the ``resolve`` URL (the redirect to the CDN is

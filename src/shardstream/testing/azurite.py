@@ -13,13 +13,10 @@ shardstream's own Shared Key code over ``http.client``; azure-storage-blob is no
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import http.client
 import logging
-import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -28,7 +25,7 @@ from typing import IO, Any
 from urllib.parse import quote
 
 from ..sources.azure import DEV_ACCOUNT, DEV_KEY, SharedKey, container_sas
-from .seaweed import LOOPBACK, free_port
+from .seaweed import LOOPBACK, free_port, stop_process_group
 
 __all__ = ["Azurite", "azurite_binary"]
 
@@ -144,18 +141,8 @@ class Azurite:
         """Stop Azurite's process group by PID: SIGTERM, then SIGKILL after ``timeout`` s. Idempotent."""
         proc, self.proc = self.proc, None
         if proc is not None:
-            pgid = proc.pid  # start_new_session=True: it leads its own process group
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pgid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(pgid, signal.SIGKILL)
-                proc.wait(timeout=10)
-            with contextlib.suppress(ProcessLookupError):  # children left in the group, if any
-                os.killpg(pgid, signal.SIGKILL)
-            log.info("stopped Azurite pid=%d", pgid)
+            stop_process_group(proc, timeout)
+            log.info("stopped Azurite pid=%d", proc.pid)
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None

@@ -15,20 +15,17 @@ resumable upload when its status is queried (``Content-Range: bytes */*``; its i
 
 from __future__ import annotations
 
-import contextlib
 import http.client
 import json
 import logging
-import os
 import platform
-import signal
 import subprocess
 import time
 from pathlib import Path
 from typing import IO, Any
 from urllib.parse import quote
 
-from .seaweed import LOOPBACK, free_port
+from .seaweed import LOOPBACK, free_port, stop_process_group
 
 __all__ = ["FakeGCS", "fake_gcs_binary"]
 
@@ -169,14 +166,7 @@ class FakeGCS:
         Idempotent."""
         proc, self.proc = self.proc, None
         if proc is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            stop_process_group(proc, timeout)
             log.info("stopped fake-gcs-server pid=%d", proc.pid)
         if self._log_file is not None:
             self._log_file.close()

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["LOOPBACK", "SeaweedS3", "free_port", "free_ports", "weed_binary"]
+__all__ = ["LOOPBACK", "SeaweedS3", "free_port", "free_ports", "stop_process_group", "weed_binary"]
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +54,23 @@ def free_ports(count: int) -> list[int]:
 def free_port() -> int:
     """One free TCP port on loopback."""
     return free_ports(1)[0]
+
+
+def stop_process_group(proc: subprocess.Popen[bytes], timeout: float = 3.0) -> None:
+    """Stop a server started with ``start_new_session=True`` (it leads its own process group) by
+    PID: SIGTERM to the group, SIGKILL after ``timeout`` s, then SIGKILL to any straggler left in
+    the group (a server's children). Safe when it already exited."""
+    pgid = proc.pid
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
 
 
 def weed_binary() -> str:
@@ -240,18 +257,8 @@ class SeaweedS3:
         """
         proc, self.proc = self.proc, None
         if proc is not None:
-            pgid = proc.pid  # start_new_session=True: weed leads its own process group
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pgid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(pgid, signal.SIGKILL)
-                proc.wait(timeout=10)
-            with contextlib.suppress(ProcessLookupError):  # stragglers in the group, if any
-                os.killpg(pgid, signal.SIGKILL)
-            log.info("stopped SeaweedFS pid=%d", pgid)
+            stop_process_group(proc, timeout)
+            log.info("stopped SeaweedFS pid=%d", proc.pid)
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None
