@@ -19,6 +19,8 @@ ENV_PREFIXES = ("SHARDSTREAM_", "WDS_")
 # The server helpers live with the integration tests; the contract suite uses them too.
 sys.path.insert(0, str(Path(__file__).resolve().parent / "integration"))
 
+from _servers import running  # noqa: E402
+
 
 @pytest.fixture(autouse=True)
 def _close_cached_sources() -> Iterator[None]:
@@ -36,12 +38,8 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """SeaweedFS with an S3 gateway on loopback, started once per session and stopped by PID."""
     from _servers import SeaweedS3
 
-    server = SeaweedS3(tmp_path_factory.mktemp("seaweedfs"))
-    server.start()
-    try:
+    with running(SeaweedS3(tmp_path_factory.mktemp("seaweedfs"))) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="session")
@@ -49,12 +47,8 @@ def http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A threaded loopback HTTP server over a temp dir with Range support and request counts."""
     from _servers import HTTPFileServer
 
-    server = HTTPFileServer(tmp_path_factory.mktemp("http-root"))
-    server.start()
-    try:
+    with running(HTTPFileServer(tmp_path_factory.mktemp("http-root"))) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="session")
@@ -62,12 +56,8 @@ def gcs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """fake-gcs-server (Google Cloud Storage's JSON and XML APIs) on loopback, stopped by PID."""
     from shardstream.testing.fakegcs import FakeGCS
 
-    server = FakeGCS(tmp_path_factory.mktemp("fake-gcs"))
-    server.start()
-    try:
+    with running(FakeGCS(tmp_path_factory.mktemp("fake-gcs"))) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="session")
@@ -77,12 +67,8 @@ def azurite_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
     if azurite_binary() is None:
         pytest.skip("Azurite is not installed: `bash run.sh setup` installs it with npm (needs Node.js)")
-    server = Azurite(tmp_path_factory.mktemp("azurite"))
-    server.start()
-    try:
+    with running(Azurite(tmp_path_factory.mktemp("azurite"))) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="session")
@@ -90,12 +76,8 @@ def hub_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """The loopback stand-in for the Hugging Face Hub's HTTP API (with its CDN on a second port)."""
     from shardstream.testing.hub import HubStandIn
 
-    server = HubStandIn(tmp_path_factory.mktemp("hub"))
-    server.start()
-    try:
+    with running(HubStandIn(tmp_path_factory.mktemp("hub"))) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="session")
@@ -103,12 +85,8 @@ def ftp_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A real FTP server (pyftpdlib, a child process stopped by PID): the fsspec fallback's store."""
     from _ftp import FTPServer
 
-    server = FTPServer(tmp_path_factory.mktemp("ftp-root"))
-    server.start()
-    try:
+    with running(FTPServer(tmp_path_factory.mktemp("ftp-root"))) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(autouse=True)
