@@ -27,6 +27,7 @@ import shardstream as ss
 from shardstream.errors import AccessDeniedError, ObjectChangedError, ShardNotFoundError, SourceError
 from shardstream.sources import get_source
 from shardstream.sources.gcs import GCSSource
+from shardstream.sources.many import OK, RETRY
 from shardstream.testing.fakegcs import FakeGCS
 
 ProxyFactory = Callable[[str], FaultProxy]
@@ -75,11 +76,13 @@ class Recorder:
     ``gcs_status``: it answers resumable upload status queries (``Content-Range: bytes */*``)
     from the bytes the emulator acknowledged, as GCS does. ``lose``: ``{n: "answer" | "request"}``
     for the n-th chunk PUT (1-based): forward it and drop the answer, or drop it unsent; either
-    way the client's connection is closed without an answer."""
+    way the client's connection is closed without an answer. ``refused``: ``Authorization``
+    values answered 401 (a revoked token); a list ``token`` hands out its tokens in turn."""
 
-    def __init__(self, upstream: str, *, token: dict[str, Any] | None = None) -> None:
+    def __init__(self, upstream: str, *, token: dict[str, Any] | list[dict[str, Any]] | None = None) -> None:
         self.upstream = upstream.split("://", 1)[1]
         self.token = token
+        self.refused: set[str] = set()
         self.gcs_status = False
         self.lose: dict[int, str] = {}
         self.seen: list[tuple[str, str, dict[str, str]]] = []
@@ -132,7 +135,12 @@ class Recorder:
         with self.lock:
             self.seen.append((h.command, h.path, headers))
         if self.token is not None and h.path == "/token":
-            return self._reply(h, 200, {"Content-Type": "application/json"}, json.dumps(self.token).encode())
+            with self.lock:
+                token = self.token.pop(0) if isinstance(self.token, list) else self.token
+            return self._reply(h, 200, {"Content-Type": "application/json"}, json.dumps(token).encode())
+        if headers.get("Authorization") in self.refused:
+            error = {"error": {"code": 401, "message": "Invalid Credentials"}}
+            return self._reply(h, 401, {"Content-Type": "application/json"}, json.dumps(error).encode())
         upload_id = h.path.rpartition("upload_id=")[2] if "upload_id=" in h.path else ""
         spec = headers.get("Content-Range", "")
         if self.gcs_status and h.command == "PUT" and spec == "bytes */*":
@@ -428,6 +436,62 @@ def test_service_account_key_file(gcs_server: FakeGCS, bucket: str, tmp_path: Pa
     text = str(error.value)
     assert "reader@test.iam.gserviceaccount.com" in text and "token request" in text
     assert "PRIVATE KEY" not in text and pem[40:80] not in text
+
+
+def test_a_revoked_token_is_refreshed_on_the_object_fetch_path(
+    gcs_server: FakeGCS, bucket: str, tmp_path: Path
+) -> None:
+    """Many small objects go through ``get_many`` on one epoll loop. A 401 to a token that can
+    be renewed is a RETRY there (not a final error): the retry's ``get_into`` (what the fetch
+    loop does with a RETRY) refreshes the token once, and the session goes on with the new one."""
+    rsa = pytest.importorskip("cryptography.hazmat.primitives.asymmetric.rsa")
+    serialization = pytest.importorskip("cryptography.hazmat.primitives.serialization")
+    pem = (
+        rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        .private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+        .decode()
+    )
+    for i in range(6):
+        gcs_server.put_object(bucket, f"revoked/k{i}.txt", f"object {i}".encode())
+    tokens = [
+        {"access_token": "ya29.old", "expires_in": 3600},
+        {"access_token": "ya29.new", "expires_in": 3600},
+    ]
+    with Recorder(gcs_server.endpoint_url, token=tokens) as rec:
+        info = {
+            "type": "service_account",
+            "private_key_id": "k1",
+            "private_key": pem,
+            "client_email": "reader@test.iam.gserviceaccount.com",
+            "token_uri": f"{rec.url}/token",
+        }
+        (tmp_path / "key.json").write_text(json.dumps(info))
+        source = _made_here(GCSSource(endpoint_url=rec.url, token=str(tmp_path / "key.json")))
+        url = f"gs://{bucket}/revoked/k0.txt"
+        gets = source.get_many(window=4)
+        try:
+            source.get_into(url, bytearray())  # the first token, accepted
+            rec.refused.add("Bearer ya29.old")  # ... and now revoked
+            assert gets.submit("k0", url) is None
+            outcome = gets.wait()[0]
+            assert outcome.kind == RETRY and "401" in str(outcome.error)
+            sink = bytearray()  # what the fetch loop does with a RETRY
+            source.get_into(url, sink)
+            assert sink == b"object 0"
+            for i in range(1, 6):  # the session goes on with the new token
+                assert gets.submit(f"k{i}", f"gs://{bucket}/revoked/k{i}.txt") is None
+            found: dict[str, bytes] = {}
+            while len(found) < 5:
+                found.update((o.token, o.body) for o in gets.wait() if o.kind == OK)
+            assert found == {f"k{i}": f"object {i}".encode() for i in range(1, 6)}
+        finally:
+            gets.close()
+        assert len([p for _, p, _ in rec.seen if p == "/token"]) == 2
+        authorizations = [h.get("Authorization") for m, _, h in rec.seen if m == "GET"]
+        assert authorizations.count("Bearer ya29.new") == 6
+        assert "ya29" not in str(outcome.error)
 
 
 def test_missing_google_auth_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:

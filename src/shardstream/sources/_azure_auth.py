@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import parse_qsl, quote
 
+from ..config import StoreEnv
 from ..errors import AccessDeniedError, ConfigurationError
 from ..forks import ForkSafeLock
 
@@ -40,6 +41,7 @@ __all__ = [
     "Credential",
     "Sas",
     "SharedKey",
+    "choose_credential",
     "container_sas",
     "default_credential",
     "encode_query",
@@ -336,3 +338,31 @@ def container_sas(
     )
     query = [(k, v) for k, v in fields.items() if v] + [("sig", key.signature(text))]
     return encode_query(query)
+
+
+def choose_credential(
+    account: str | None,
+    anon: bool,
+    credential: Any,
+    sas_token: str | None,
+    account_key: str | None,
+    conn: ConnectionString | None,
+    explicit: bool,
+    env: StoreEnv,
+) -> Credential:
+    """The credential of an ``AzureSource`` (the order is in :mod:`.azure`'s doc)."""
+    key = account_key or (conn.account_key if conn else None)
+    if not explicit and conn is None:
+        key = env.azure_account_key
+    if anon:
+        return Anonymous()
+    if credential is not None:
+        return Bearer(credential)
+    sas = sas_token or (conn.sas_token if conn and not key else None)
+    if sas:
+        return Sas(sas)
+    if key:  # without an account name yet, the first abfs://container@account URL names it
+        return SharedKey(account or "", key)
+    if not explicit and env.azure_sas_token:
+        return Sas(env.azure_sas_token)
+    return Bearer()

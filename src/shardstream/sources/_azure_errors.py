@@ -1,4 +1,5 @@
-"""Azure Blob Storage's error answers as shardstream errors, and ``az://``/``abfs[s]://`` URLs.
+"""Azure Blob Storage's error answers as shardstream errors, ``az://``/``abfs[s]://`` URLs, and
+the XML of List Blobs pages.
 
 An error names the URL (redacted), the account, the kind of credential used (never its secret)
 and what to do; the code comes from ``x-ms-error-code`` or the XML body's ``<Code>``.
@@ -7,6 +8,7 @@ and what to do; the code comes from ``x-ms-error-code`` or the XML body's ``<Cod
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from urllib.parse import unquote
 
 from ..errors import (
     AccessDeniedError,
@@ -18,8 +20,9 @@ from ..errors import (
 )
 from ._azure_auth import Bearer, Credential, Sas, SharedKey
 from ._status import status_error
+from .base import Listed
 
-__all__ = ["azure_error", "code_in", "parse_azure_url"]
+__all__ = ["azure_error", "code_in", "list_page", "parse_azure_url"]
 
 _SCHEMES = ("az", "abfs", "abfss")
 
@@ -151,3 +154,20 @@ def azure_error(
         )
     detail = f"{code + ', ' if code else ''}account {account!r}, {credential.kind}"
     return status_error(status, url, action=action, detail=detail)
+
+
+def list_page(body: bytes, key_prefix: str) -> tuple[list[Listed], str]:
+    """The blobs of one List Blobs page under ``key_prefix`` (names relative to it; folder
+    markers left out) and the page's ``NextMarker`` (empty on the last page)."""
+    root = ET.fromstring(body)
+    found = []
+    for blob in root.iterfind("Blobs/Blob"):
+        name_node = blob.find("Name")
+        name = (name_node.text or "") if name_node is not None else ""
+        if name_node is not None and name_node.get("Encoded") == "true":
+            name = unquote(name)
+        if name.endswith("/") or not name.startswith(key_prefix):
+            continue
+        size = blob.findtext("Properties/Content-Length") or "-1"
+        found.append(Listed(name[len(key_prefix) :], int(size), blob.findtext("Properties/Etag") or ""))
+    return found, root.findtext("NextMarker") or ""

@@ -205,6 +205,11 @@ class GCSAuth:
                     self._refresh(credentials)
         return {"Authorization": f"Bearer {credentials.token}"}
 
+    @property
+    def renewable(self) -> bool:
+        """Whether a refused token can be renewed (credentials that refresh, not a fixed token)."""
+        return self._credentials is not None
+
     def refresh_after_401(self, sent: Mapping[str, str]) -> bool:
         """After a 401 to a request sent with headers ``sent``: get a new token (unless another
         thread already did). Returns whether a retry may succeed (an access token given as is, or

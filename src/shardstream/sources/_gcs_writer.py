@@ -29,6 +29,7 @@ from urllib.parse import quote
 
 from ..errors import SourceError, TransientSourceError, redact_url
 from ..net.pool import PooledBody
+from ._gcs_errors import error_detail
 from ._retry import RetryPolicy
 from ._status import TRANSIENT_STATUSES
 from .base import PublishingWriter
@@ -164,9 +165,8 @@ class GCSWriter(PublishingWriter):
         return answer
 
     def _failure(self, answer: _Answer) -> SourceError:
-        from .gcs import _error_detail  # (the JSON error body; gcs imports this module)
 
-        return self._source.error(answer.status, self.url, _error_detail(None, answer.data), action="write")
+        return self._source.error(answer.status, self.url, error_detail(None, answer.data), action="write")
 
     def _retrying(self, step: str, attempt: Callable[[], _Answer]) -> _Answer:
         """``attempt()`` until it returns, retrying TransientSourceError within the policy."""

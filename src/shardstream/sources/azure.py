@@ -25,38 +25,39 @@ from __future__ import annotations
 
 import functools
 import logging
-import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO, TypeVar, cast
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import quote, urlsplit
 
-from ..config import UNSET, StoreEnv, store_env
+from ..config import UNSET, store_env
 from ..errors import (
     ConfigurationError,
     SourceError,
     redact_url,
 )
+from ..net.idle import Key
+from ..net.multiplex import AVAILABLE as MULTIPLEX_AVAILABLE
 from ..net.pool import PooledBody
+from ..net.whole import render_request
 from ._azure_auth import (
     DEV_ACCOUNT,
     DEV_KEY,
-    Anonymous,
-    Bearer,
     ConnectionString,
-    Credential,
-    Sas,
     SharedKey,
+    choose_credential,
     container_sas,
     parse_connection_string,
 )
-from ._azure_errors import azure_error, code_in, parse_azure_url
+from ._azure_errors import azure_error, code_in, list_page, parse_azure_url
 from ._azure_writer import AzureWriter
+from ._epoll_gets import EpollGets, header_value, settle_range
 from ._resume import Opened, ResumableReader, range_header
 from ._retry import RetryPolicy
 from ._status import network_error
 from .base import Listed, ObjectInfo, SourceBase, check_range
 from .http import beyond_end, content_range_total, network
+from .many import ManyGets
 
 __all__ = [
     "DEV_ACCOUNT",
@@ -159,7 +160,9 @@ class AzureSource(SourceBase):
         )
         endpoint = endpoint_url or (conn.blob_endpoint if conn else None)
         self.endpoint_url = endpoint.rstrip("/") if endpoint else None
-        self.credential = self._credential(anon, credential, sas_token, account_key, conn, explicit, env)
+        self.credential = choose_credential(
+            self.account, anon, credential, sas_token, account_key, conn, explicit, env
+        )
         self.policy = RetryPolicy.from_options(
             retries=retries, retry_deadline=retry_deadline, first_byte_deadline=first_byte_deadline
         )
@@ -170,32 +173,8 @@ class AzureSource(SourceBase):
             read_timeout=read_timeout,
         )
         self.pool = net.pool()
-
-    def _credential(
-        self,
-        anon: bool,
-        credential: Any,
-        sas_token: str | None,
-        account_key: str | None,
-        conn: ConnectionString | None,
-        explicit: bool,
-        env: StoreEnv,
-    ) -> Credential:
-        key = account_key or (conn.account_key if conn else None)
-        if not explicit and conn is None:
-            key = env.azure_account_key
-        if anon:
-            return Anonymous()
-        if credential is not None:
-            return Bearer(credential)
-        sas = sas_token or (conn.sas_token if conn and not key else None)
-        if sas:
-            return Sas(sas)
-        if key:  # without an account name yet, the first abfs://container@account URL names it
-            return SharedKey(self.account or "", key)
-        if not explicit and env.azure_sas_token:
-            return Sas(env.azure_sas_token)
-        return Bearer()
+        # Whole small objects and byte ranges (get_into, get_many) take a leaner client.
+        self.whole = net.whole()
 
     def __repr__(self) -> str:  # never the key, the SAS or the token
         return (
@@ -317,7 +296,8 @@ class AzureSource(SourceBase):
                 raise SourceError(f"{redact_url(url)}: the server ignored the range request", url=url)
         return Opened(body, size, resp.getheader("ETag"))
 
-    def _translate(self, exc: BaseException, url: str) -> SourceError:
+    def translate(self, exc: BaseException, url: str) -> SourceError:
+        """The shardstream error for a network exception on ``url``."""
         named = parse_azure_url(url)[0] or self.account or ""
         return network_error(exc, url, endpoint=self._endpoint(named))
 
@@ -329,12 +309,87 @@ class AzureSource(SourceBase):
         reader = ResumableReader(
             url,
             functools.partial(self._opener, url, end),
-            translate=functools.partial(self._translate, url=url),
+            translate=functools.partial(self.translate, url=url),
             offset=offset,
             length=length,
             policy=self.policy,
         )
         return cast(BinaryIO, reader)
+
+    def get_request(
+        self, url: str, offset: int = 0, length: int | None = None, *, etag: str | None = None
+    ) -> tuple[Key, bytes]:
+        """``(address, request bytes)`` of one authorized Get Blob of ``url`` (bytes ``[offset,
+        offset + length)`` with ``x-ms-range`` when asked; ``If-Match: etag`` when given), for the
+        whole-body client (:meth:`get_into`, :mod:`._epoll_gets`)."""
+        _, origin, path = self._address(url)
+        headers = {"x-ms-version": API_VERSION, "Accept-Encoding": "identity"}
+        if offset or length is not None:  # (an empty range asks for one byte, cut by the caller)
+            last = offset if length is None or length < 1 else offset + length - 1
+            headers["x-ms-range"] = f"bytes={offset}-{'' if length is None else last}"
+        if etag:
+            headers["If-Match"] = etag
+        try:
+            query = self.credential.authorize("GET", path, (), headers)
+        except SourceError:
+            raise
+        except Exception as exc:  # (azure-identity's own errors: a token that could not be had)
+            raise self.translate(exc, url) from exc
+        parts = urlsplit(origin)
+        headers["Host"] = parts.netloc
+        scheme = parts.scheme.lower()
+        key = (scheme, parts.hostname or "", parts.port or (443 if scheme == "https" else 80))
+        return key, render_request("GET", path + (f"?{query}" if query else ""), headers)
+
+    def answer_error(self, status: int, head: bytes, body: bytes, url: str) -> SourceError:
+        """The error for an error ``status`` of a Get Blob of ``url`` (the code from
+        ``x-ms-error-code`` in ``head``, else the body's)."""
+        account = self._account(url, parse_azure_url(url)[0])
+        code = header_value(head, b"x-ms-error-code") or code_in(body)
+        return azure_error(status, code, url, account=account, credential=self.credential)
+
+    def get_into(
+        self,
+        url: str,
+        sink: bytearray,
+        *,
+        etag: str | None = None,
+        offset: int = 0,
+        length: int | None = None,
+    ) -> str | None:
+        """One Get Blob of bytes ``[offset, offset + length)`` of ``url`` on the whole-body
+        client, appended to ``sink`` after the bytes of the range already there (a resume, pinned
+        by ``If-Match: etag``). Returns the blob's ETag. No retries (the object fetcher retries,
+        lowering its requests in flight when throttled)."""
+        start = len(sink)
+        at = offset + start
+        end = None if length is None else offset + length
+        if end is not None and start and at >= end:
+            return etag  # (a resume of a range that is complete)
+        ranged = bool(at) or end is not None
+        key, request = self.get_request(url, at, None if end is None else end - at, etag=etag)
+        try:
+            resp = self.whole.send(key, request, sink)
+        except SourceError:
+            raise
+        except Exception as exc:
+            raise self.translate(exc, url) from exc
+        status = resp.status
+        if status >= 300:
+            body = bytes(sink[start:])
+            del sink[start:]
+            if status == 416 and ranged:  # InvalidRange: the range starts at or past the end
+                return resp.headers.get("etag") or etag
+            raise self.answer_error(status, b"", body, url)
+        settle_range(status, resp.headers.get("content-range"), sink, start, at, end, url)
+        return resp.headers.get("etag") or etag
+
+    def get_many(self, *, window: int) -> ManyGets:
+        """Whole blobs or byte ranges many at a time on this thread's ``epoll`` loop
+        (:mod:`._epoll_gets`); where ``epoll`` is missing, the default (``get_into`` on threads)."""
+        if MULTIPLEX_AVAILABLE:
+            return EpollGets(self)
+        return super().get_many(window=window)
 
     def stat(self, url: str) -> ObjectInfo:
         """Size and ETag from a ``HEAD`` (Get Blob Properties)."""
@@ -367,17 +422,8 @@ class AzureSource(SourceBase):
                 functools.partial(self.exchange, "GET", prefix, action="list", query=query, container=True),
                 prefix,
             )
-            root = ET.fromstring(page.body)
-            for blob in root.iterfind("Blobs/Blob"):
-                name_node = blob.find("Name")
-                name = (name_node.text or "") if name_node is not None else ""
-                if name_node is not None and name_node.get("Encoded") == "true":
-                    name = unquote(name)
-                if name.endswith("/") or not name.startswith(key_prefix):
-                    continue
-                size = blob.findtext("Properties/Content-Length") or "-1"
-                yield Listed(name[len(key_prefix) :], int(size), blob.findtext("Properties/Etag") or "")
-            marker = root.findtext("NextMarker") or ""
+            listed, marker = list_page(page.body, key_prefix)
+            yield from listed
             if not marker:
                 return
 
@@ -391,3 +437,4 @@ class AzureSource(SourceBase):
 
     def close(self) -> None:
         self.pool.close()
+        self.whole.close()

@@ -7,9 +7,10 @@ Google's client libraries send) streamed on :mod:`shardstream.net.pool` through
 pins every resume: it is sent as ``ifGenerationMatch`` (GCS answers 412 for a replaced object) and
 compared with the generation of the resumed answer (fake-gcs-server ignores ``ifGenerationMatch``
 on downloads; the comparison catches a replaced object there too), so a resume never mixes two
-versions. Whole small objects (``get_into``, the default ``get_many`` on threads) take the leaner
-:mod:`shardstream.net.whole` client. ``stat`` and listing read the JSON metadata; writes are
-resumable uploads (:mod:`._gcs_writer`). Credentials: :mod:`._gcs_auth`.
+versions. Whole small objects and byte ranges (``get_into``; ``get_many``, one thread on
+``epoll`` as for S3, :mod:`._epoll_gets`) take the leaner :mod:`shardstream.net.whole`
+client. ``stat`` and listing read the JSON metadata; writes are resumable uploads
+(:mod:`._gcs_writer`). Credentials: :mod:`._gcs_auth`.
 
 Everything after ``gs://bucket/`` is the key (``?``, ``#``, ``%``, spaces and non-ASCII text
 included), percent-encoded whole on the wire. The ``generation`` of an object plays the role of
@@ -26,15 +27,19 @@ from urllib.parse import quote, urlsplit
 
 from ..config import UNSET, store_env
 from ..errors import ConfigurationError, ObjectChangedError, SourceError, TransientSourceError, redact_url
+from ..net.idle import Key
+from ..net.multiplex import AVAILABLE as MULTIPLEX_AVAILABLE
 from ..net.pool import PooledBody
+from ._epoll_gets import EpollGets, settle_range
 from ._gcs_auth import GCSAuth
+from ._gcs_errors import error_detail, gcs_error
 from ._gcs_writer import GCSWriter
 from ._resume import Opened, ResumableReader, range_header
 from ._retry import RetryPolicy
-from ._s3_many import content_range
-from ._status import network_error, status_error
+from ._status import network_error
 from .base import Listed, ObjectInfo, SourceBase, check_range
 from .http import beyond_end, content_range_total, network
+from .many import ManyGets
 
 __all__ = ["GCSSource", "parse_gs_url"]
 
@@ -59,23 +64,6 @@ def _origin(url: str) -> tuple[str, str, int]:
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     return scheme, parts.hostname or "", parts.port or (443 if scheme == "https" else 80)
-
-
-def _error_detail(body: PooledBody | None, data: bytes | None = None) -> str:
-    """GCS's error message (``{"error": {"code", "message"}}``), or the first bytes of the body."""
-    if data is None and body is not None:
-        try:
-            data = body.response.read(4096)
-        except Exception:
-            data = b""
-        finally:
-            body.close()
-    text = (data or b"").decode("utf-8", "replace")
-    try:
-        message = json.loads(text)["error"]["message"]
-        return redact_url(str(message))[:300]
-    except (ValueError, KeyError, TypeError):
-        return redact_url(text.strip().replace("\n", " "))[:200]
 
 
 class GCSSource(SourceBase):
@@ -215,28 +203,9 @@ class GCSSource(SourceBase):
 
     def error(self, status: int, url: str, detail: str, *, action: str = "open") -> SourceError:
         """The shardstream error for an error ``status`` of a request about ``url``."""
-        bucket = url.partition("://")[2].partition("/")[0]
-        if status in (401, 403):
-            write = action == "write"
-            fix = (
-                f"Access was refused to the {self.auth.kind}: check that they may "
-                f"{'write to' if write else 'read'} bucket {bucket!r} (role roles/storage.object"
-                f"{'User' if write else 'Viewer'}), or pass storage_options={{'token': ...}} (a key "
-                "file path, an access token, or 'anon' for a public bucket)"
-            )
-        elif status == 404 and action == "list":
-            fix = (
-                f"The bucket {bucket!r} does not exist at {redact_url(self.endpoint_url)}; check the "
-                "bucket name and endpoint_url"
-            )
-        elif status == 404:
-            fix = (
-                f"No such object, or no bucket {bucket!r} at {redact_url(self.endpoint_url)}; check "
-                "the URL, the shard spec and endpoint_url"
-            )
-        else:
-            fix = ""
-        return status_error(status, url, action=action, detail=detail, fix=fix)
+        return gcs_error(
+            status, url, detail, action=action, credentials=self.auth.kind, endpoint=self.endpoint_url
+        )
 
     def translate(self, exc: BaseException, url: str) -> SourceError:
         """The shardstream error for a network exception on ``url``."""
@@ -258,7 +227,7 @@ class GCSSource(SourceBase):
         if resp.status == 416 and byte_range is not None:
             return beyond_end(body)
         if resp.status >= 300:
-            raise self.error(resp.status, url, _error_detail(body))
+            raise self.error(resp.status, url, error_detail(body))
         found = resp.getheader("X-Goog-Generation")
         if resp.status == 206:
             size = content_range_total(resp.getheader("Content-Range"))
@@ -331,7 +300,7 @@ class GCSSource(SourceBase):
             del sink[start:]
             if status == 416 and byte_range is not None:  # the range starts at or past the end
                 return etag
-            raise self.error(status, url, _error_detail(None, body))
+            raise self.error(status, url, error_detail(None, body))
         generation = resp.headers.get("x-goog-generation")
         if etag and generation and generation != etag:  # (an emulator that ignores ifGenerationMatch)
             del sink[start:]
@@ -341,20 +310,44 @@ class GCSSource(SourceBase):
                 url=url,
                 status=412,
             )
-        if status == 200 and at:  # the server ignored the Range: the body is the whole object
-            del sink[start : start + at]
-        elif status == 206:
-            found = content_range(resp.headers.get("content-range"))
-            if found is None or found[0] != at:
-                del sink[start:]
-                raise TransientSourceError(
-                    f"{redact_url(url)}: a GET from byte {at} was answered with Content-Range "
-                    f"{resp.headers.get('content-range')!r}; retried",
-                    url=url,
-                )
-        if end is not None and len(sink) - start > end - at:
-            del sink[start + end - at :]
+        settle_range(status, resp.headers.get("content-range"), sink, start, at, end, url)
         return generation or etag
+
+    def get_many(self, *, window: int) -> ManyGets:
+        """Whole objects or byte ranges many at a time on this thread's ``epoll`` loop
+        (:mod:`._epoll_gets`); where ``epoll`` is missing, the default (``get_into`` on threads)."""
+        if MULTIPLEX_AVAILABLE:
+            return EpollGets(self)
+        return super().get_many(window=window)
+
+    def get_request(self, url: str, offset: int = 0, length: int | None = None) -> tuple[Key, bytes]:
+        """``(address, request bytes)`` of one GET of ``url`` (bytes ``[offset, offset + length)``
+        with a ``Range`` header when asked), with the bearer token, for :mod:`._epoll_gets`."""
+        bucket, key = parse_gs_url(url)
+        try:
+            auth = self.auth.headers()
+        except SourceError:
+            raise
+        except Exception as exc:  # (google-auth's own errors: a refresh that failed)
+            raise self.translate(exc, url) from exc
+        lines = "".join(f"{name}: {value}\r\n" for name, value in auth.items())
+        if offset or length is not None:  # (an empty range asks for one byte, cut by the caller)
+            last = offset if length is None or length < 1 else offset + length - 1
+            lines += f"Range: bytes={offset}-{'' if length is None else last}\r\n"
+        target = self.object_path(bucket, key, media=True)
+        request = f"GET {target} HTTP/1.1\r\nHost: {self._host}\r\n{lines}Accept-Encoding: identity\r\n\r\n"
+        return self._origin, request.encode("latin-1")
+
+    def answer_error(self, status: int, head: bytes, body: bytes, url: str) -> SourceError:
+        """The error for an error ``status`` of a GET of ``url``; a 401 to a token that can be
+        renewed is transient (``get_into``, which the retry goes through, refreshes it)."""
+        if status == 401 and self.auth.renewable:
+            return TransientSourceError(
+                f"{redact_url(url)}: the access token was refused (401); it is refreshed and the GET retried",
+                url=url,
+                status=401,
+            )
+        return self.error(status, url, error_detail(None, body))
 
     def stat(self, url: str) -> ObjectInfo:
         """Size and generation from the object's JSON metadata."""
@@ -373,7 +366,7 @@ class GCSSource(SourceBase):
             body = self.request(method, target, {"Accept-Encoding": "identity"})
             status = body.response.status
             if status >= 300:
-                raise self.error(status, url, _error_detail(body), action=action)
+                raise self.error(status, url, error_detail(body), action=action)
             data = body.response.read()
             body.finish()
         except SourceError:

@@ -16,9 +16,9 @@ no HTTP:
   fix, delivered in the object's place.
 
 :class:`ThreadedGets` is the default, built from the source's ``get_into`` on a few threads of
-its own (started lazily, up to ``window``); S3 overrides it with one thread on ``epoll``
-(:mod:`._s3_many`). A session is driven by one thread; only :meth:`ManyGets.wake` may be called
-from others.
+its own (started lazily, up to ``window``); the stores whose requests we sign ourselves (S3,
+GCS, Azure) override it with one thread on ``epoll`` (:mod:`._epoll_gets`). A session is driven
+by one thread; only :meth:`ManyGets.wake` may be called from others.
 """
 
 from __future__ import annotations

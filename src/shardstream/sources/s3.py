@@ -7,7 +7,7 @@ then signed with our SigV4 (:mod:`._sigv4`). The bytes travel on two clients of
 which fills the caller's buffer straight from the socket: the least client CPU per GB of the
 clients compared by ``tests/integration/_measure_s3_clients.py``), and whole small objects on a leaner pool
 (:mod:`~shardstream.net.whole`), also driven many at a time from one thread for
-:meth:`S3Source.get_many` (:mod:`._s3_many`). Retries, resume and ``close()`` that drops a
+:meth:`S3Source.get_many` (:mod:`._epoll_gets`). Retries, resume and ``close()`` that drops a
 connection at once are therefore ours. Writes use the botocore client (multipart upload,
 :mod:`._s3_writer`), where per-request overhead does not matter.
 """
@@ -21,14 +21,14 @@ from collections.abc import Iterator, Mapping
 from typing import Any, BinaryIO, cast
 
 from ..config import UNSET
-from ..errors import ConfigurationError, SourceError, TransientSourceError, redact_url
+from ..errors import ConfigurationError, SourceError, redact_url
 from ..forks import ForkSafeLock, GatedExecutor
 from ..net.multiplex import AVAILABLE as MULTIPLEX_AVAILABLE
+from ._epoll_gets import EpollGets, settle_range
 from ._resume import Opened, ResumableReader, range_header
 from ._retry import RetryPolicy
 from ._s3_errors import _CODES as _CODES
 from ._s3_errors import code_in, error_code, s3_error
-from ._s3_many import S3Gets, content_range
 from ._s3_signing import S3Addressing, _is_aws, parse_s3_url
 from ._s3_writer import S3Writer
 from ._sigv4 import SigV4Signer
@@ -223,7 +223,7 @@ class S3Source(S3Addressing, SourceBase):
         fetcher retries, so that throttling lowers its concurrency); failures are shardstream
         errors, and body bytes that arrived before a failure stay in ``sink``. About a third of
         ``open_once``'s client CPU (see :mod:`shardstream.net.whole`). The answers to a range
-        are read as :mod:`._s3_many` reads them (a 200 is cut to the range, a 416 is no bytes)."""
+        are read as :mod:`._epoll_gets` reads them (a 200 is cut to the range, a 416 is no bytes)."""
         start = len(sink)
         at = offset + start
         end = None if length is None else offset + length
@@ -250,20 +250,7 @@ class S3Source(S3Addressing, SourceBase):
             if status == 416 and ranged:  # the range starts at or past the end: no bytes there
                 return resp.headers.get("etag") or etag
             raise s3_error(status, code_in(body), url, endpoint=self.endpoint_url)
-        if status == 200 and at:  # the server ignored the Range: the body is the whole object
-            del sink[start : start + at]
-        elif status == 206:
-            found = content_range(resp.headers.get("content-range"))
-            if found is None or found[0] != at:
-                del sink[start:]
-                raise TransientSourceError(
-                    f"{redact_url(url)}: a GET of bytes {at}-{'' if end is None else end - 1} was "
-                    f"answered with Content-Range {resp.headers.get('content-range')!r}; retried (if "
-                    "it persists, the server or a proxy in front of it mishandles Range requests)",
-                    url=url,
-                )
-        if end is not None and len(sink) - start > end - at:  # (an empty range asked for one byte)
-            del sink[start + end - at :]
+        settle_range(status, resp.headers.get("content-range"), sink, start, at, end, url)
         return resp.headers.get("etag") or etag
 
     def open(self, url: str, *, offset: int = 0, length: int | None = None) -> BinaryIO:
@@ -282,11 +269,15 @@ class S3Source(S3Addressing, SourceBase):
         return cast(BinaryIO, reader)
 
     def get_many(self, *, window: int) -> ManyGets:
-        """Whole objects or byte ranges many at a time on this thread's ``epoll`` loop (:mod:`._s3_many`);
+        """Whole objects or byte ranges many at a time on this thread's ``epoll`` loop (:mod:`._epoll_gets`);
         where ``epoll`` is missing, the default (``get_into`` on threads)."""
         if MULTIPLEX_AVAILABLE:
-            return S3Gets(self)
+            return EpollGets(self)
         return super().get_many(window=window)
+
+    def answer_error(self, status: int, head: bytes, body: bytes, url: str) -> SourceError:
+        """The error for an error ``status`` of a GET of ``url`` (S3's code read from ``body``)."""
+        return s3_error(status, code_in(body), url, endpoint=self.endpoint_url)
 
     def stat(self, url: str) -> ObjectInfo:
         """Size and ETag from a ``HEAD`` request."""
