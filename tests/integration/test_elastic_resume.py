@@ -206,3 +206,24 @@ def test_a_rank_state_loaded_on_another_rank_is_refused(urls: list[str]) -> None
         build(0).load_state_dict(state)
     build(1).load_state_dict(state)
     build(0).load_state_dict([state, state | {"rank": 0}])  # every rank's states: each takes its own
+
+
+def test_each_rank_keeps_its_own_rest_over_other_workers(urls: list[str]) -> None:
+    """The same world size, another num_workers: a rank re-splits its own rest over its own new
+    workers (before issue 26 it kept one world-size share of it: samples were lost)."""
+
+    def build(rank: int, workers: int) -> ss.WebLoader:
+        world = ss.World(rank=rank, world_size=2)
+        ds = ss.Dataset(urls, seed=5, world=world, split=ss.SplitPolicy("equal", batch_size=4))
+        return ss.WebLoader(ds.to_tuple("__key__").batched(4), batch_size=None, num_workers=workers)
+
+    for rank in (0, 1):
+        full = Counter(_epoch(build(rank, 2)))
+        loader = build(rank, 2)
+        it = iter(loader)
+        seen = [k for _ in range(2) for k in keys(next(it))]
+        state = json.loads(json.dumps(loader.state_dict()))
+        loader.close()
+        resumed = build(rank, 3)
+        resumed.load_state_dict(state)
+        assert Counter(seen) + Counter(_epoch(resumed)) == full, f"rank {rank}"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections import Counter
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,6 @@ from _mix_cases import LOADERS, keys, make, write_shards
 from _procs import run_job, run_spawned
 
 import shardstream as ss
-from shardstream.errors import StateError
 from shardstream.testing import free_port
 
 HERE = Path(__file__).resolve().parent
@@ -150,8 +150,11 @@ def test_two_ranks_with_equal_sources_get_equal_batches_and_resume(
         assert len(keys) > len(set(keys))
 
 
-def test_another_number_of_workers_is_refused_naming_the_fix(urls: list[str]) -> None:
-    """A mixture's position cannot be re-split over other workers (yet): refused, not guessed."""
+def test_another_number_of_workers_resumes_elastically(urls: list[str]) -> None:
+    """Another num_workers re-splits the rest (test_mix_elastic.py); it was refused before issue 26."""
+    full = _epoch(make("equal", urls, "web2"))
     state = state_after(make("equal", urls, "web2"), 2)
-    with pytest.raises(StateError, match="same num_workers"):
-        make("equal", urls, "web0").load_state_dict(state)
+    resumed = make("equal", urls, "web0")
+    resumed.load_state_dict(state)
+    rest = _epoch(resumed)
+    assert Counter(k for b in full[:2] + rest for k in b) == Counter(k for b in full for k in b)

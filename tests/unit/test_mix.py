@@ -239,6 +239,39 @@ def test_len_matches_the_items_for_many_shapes() -> None:
             assert len(list(got)) == balanced_count(weights, phases(k, seed), sizes, stop == "all_exhausted")
 
 
+def test_picks_before_stop_replays_where_the_mixture_would_have_stopped() -> None:
+    """From a saved position, the replayed schedule gives each source's items still to come
+    exactly, for both stop rules that end part-way and both schedules (lists: no I/O)."""
+    from shardstream.pipeline.base import RunContext
+    from shardstream.pipeline.mix import MixSource
+    from shardstream.shards.mixing import picks_before_stop
+
+    rng = np.random.default_rng(1)
+    for _ in range(120):
+        k = int(rng.integers(2, 5))
+        sizes = [int(x) for x in rng.integers(0, 30, size=k)]
+        weights = [float(x) for x in rng.random(k) + 0.05]
+        seed, order = int(rng.integers(0, 1000)), str(rng.choice(["balanced", "random"]))
+        for stop in ("first_exhausted", "all_exhausted"):
+            lists = [[(i, j) for j in range(n)] for i, n in enumerate(sizes)]
+            stage = MixSource(lists, weights, stop=stop, order=order, seed=seed)
+            items = list(ss.DataPipeline(stage, seed=seed))
+            cut = int(rng.integers(0, len(items) + 1))
+            pipe = ss.DataPipeline(stage, seed=seed)
+            it = iter(pipe)
+            for _ in range(cut):
+                next(it)
+            state = pipe.state_dict()
+            if "nodes" not in state:
+                continue  # the pass had ended
+            mix = state["nodes"][0]
+            left = [n - (s or {}).get("next", n) for n, s in zip(sizes, mix["sources"], strict=True)]
+            feeds = [itertools.chain([left[i]], itertools.repeat(sizes[i])) for i in range(k)]
+            schedule = stage.schedule(RunContext(0, ss.World(), seed), mix["schedule"])
+            got = picks_before_stop(schedule, mix["active"], mix["ended"], feeds, stop == "all_exhausted")
+            assert got == [sum(1 for x in items[cut:] if x[0] == i) for i in range(k)], (sizes, stop, cut)
+
+
 # -- WebDataset's RandomMix and RoundRobin --------------------------------------------------------
 
 

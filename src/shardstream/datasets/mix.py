@@ -63,6 +63,16 @@ class Mix(DataPipeline, FluidInterface):
     With DataLoader workers or ``ss.Loader(num_workers=M)``, each worker mixes its own share of
     every source. With ``split="equal"`` sources every rank then yields the same number of
     items (the shares, and so the interleave, are the same on every rank).
+
+    A loader's state restores exactly with the same ``num_workers`` and world size, and
+    elastically with others (the same global batch; every rank's state for another world
+    size; ``readers/elastic_mix.py``): the rest of the epoch yields, per source, exactly the
+    samples the uninterrupted run would have (``"never"``: the rest of every source's pass),
+    with a fresh interleave by the weights, and with ``split="equal"`` sources every rank the
+    same number of batches. ``"first_exhausted"`` and ``"all_exhausted"`` need planned sources
+    (``split="equal"`` or ``"exact"``: where each old worker would have stopped depends on the
+    counts) and no shuffle inside a source that would have stopped part-way (shuffle after the
+    mixture); what cannot be re-split exactly raises :class:`~shardstream.errors.StateError`.
     """
 
     def __init__(

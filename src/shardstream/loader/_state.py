@@ -16,11 +16,13 @@ worker ``(next_worker + k) % num_workers`` (its shards and random streams): the 
 arrive in the same order as in the uninterrupted run.
 
 With another ``num_workers``, or another world size with the same global batch, the restore is
-elastic (:func:`restore_plan`, ``readers/elastic.py``): what every old worker had not yielded
-is dealt to the new workers, so the rest of the epoch is the same multiset of samples. Another
-world size needs every rank's state: under Lightning (which saves rank 0's checkpoint only) the
-state is gathered from all ranks when it is taken, as ``{"version": 2, "ranks": [...]}``; the
-loader knows it runs under a Trainer from shardstream's Lightning callback (``loader/lightning.py``).
+elastic (:func:`restore_plan`, ``readers/elastic.py``; a mixture's, ``readers/elastic_mix.py``):
+what every old worker had not yielded is dealt to the new workers, so the rest of the epoch is
+the same multiset of samples. With the same world size each rank re-splits its own rest over its
+own new workers. Another world size needs every rank's state: under Lightning (which saves rank
+0's checkpoint only) the state is gathered from all ranks when it is taken, as ``{"version": 2,
+"ranks": [...]}``; the loader knows it runs under a Trainer from shardstream's Lightning callback
+(``loader/lightning.py``).
 
 Version 1 (before positions said where in the epoch they are) is migrated: a worker position
 that names only its epoch was that epoch's start. Every field is checked before anything is
@@ -35,6 +37,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import StateError
+from ..pipeline.mix import MixSource
 from ..pipeline.pipeline import check_position
 from ..pipeline.seams import LoaderDataset, worker_restore
 from ..shards.world import World
@@ -160,24 +163,34 @@ def _checked(state: Any) -> dict[str, Any]:
 
 def check_fingerprint(saved: dict[str, Any], expected: dict[str, Any], saved_world: int, world: int) -> None:
     """Raise :class:`StateError` naming every field where ``saved`` does not fit; with another world
-    size the batch sizes may change as long as the global batch (batch x world size) is kept."""
-    differ = []
-    for k, v in expected.items():
-        old = saved.get(k)
-        if k in _BATCH_FIELDS and saved_world != world and old is not None and v is not None:
-            if old * saved_world != v * world:
-                differ.append(
-                    f"{k}: saved {old} x {saved_world} ranks = global batch {old * saved_world}, now {v} x "
-                    f"{world} ranks = {v * world}"
-                )
-        elif old != v:
-            differ.append(f"{k}: saved {old!r}, now {v!r}")
+    size the batch sizes may change as long as the global batch (batch x world size) is kept (in
+    nested fingerprints too: a mixture's sources)."""
+    differ = _differences(saved, expected, saved_world, world, "")
     if differ:
         raise StateError(
             "the state was taken from a different dataset or loader (" + "; ".join(differ) + "); "
             "restore it into a loader built with the same shards, seed, split and batch size (with "
             "another world size, keep the global batch: batch size x world size)"
         )
+
+
+def _differences(
+    saved: dict[str, Any], expected: dict[str, Any], saved_world: int, world: int, at: str
+) -> list[str]:
+    differ = []
+    for k, v in expected.items():
+        old = saved.get(k)
+        if isinstance(old, dict) and isinstance(v, dict) and saved_world != world:
+            differ.extend(_differences(old, v, saved_world, world, f"{at}{k}."))
+        elif k in _BATCH_FIELDS and saved_world != world and old is not None and v is not None:
+            if old * saved_world != v * world:
+                differ.append(
+                    f"{at}{k}: saved {old} x {saved_world} ranks = global batch {old * saved_world}, "
+                    f"now {v} x {world} ranks = {v * world}"
+                )
+        elif old != v:
+            differ.append(f"{at}{k}: saved {old!r}, now {v!r}")
+    return differ
 
 
 def restore_plan(
@@ -223,9 +236,10 @@ def restore_plan(
         if int(own["num_workers"]) == num_workers and same_batch:
             restored = [worker_restore(s, epoch) for s in own["workers"]]
             return {"epoch": epoch, "workers": restored, "next_worker": own.get("next_worker", 0)}
-        sources = [own]
+        # the rank's own rest, over its own new workers (every rank does the same with its own)
+        sources, new_world, new_rank = [own], 1, 0
     else:
-        sources = [by_rank[r] for r in range(saved_world)]
+        sources, new_world, new_rank = [by_rank[r] for r in range(saved_world)], world_size, rank
     old = [
         (World(rank=int(r["rank"]), world_size=saved_world, worker=w, num_workers=len(r["workers"])), s)
         for r in sources
@@ -233,10 +247,19 @@ def restore_plan(
     ]
     if all(s is None for _, s in old):  # saved before any batch of the epoch: start it afresh
         return {"epoch": epoch, "workers": [None] * workers, "next_worker": 0}
-    from ..readers.elastic import resplit
+    saved = ranks[0]["fingerprint"]
+    states: list[Any]
+    if dataset.pipeline and isinstance(dataset.pipeline[0], MixSource):
+        from ..readers import resplit_mixture
 
-    old_batch = ranks[0]["fingerprint"].get("split_batch")
-    states: list[Any] = resplit(dataset, epoch, old, world_size, rank, workers, old_batch)
+        loader_batch = expected.get("loader_batch")
+        states = resplit_mixture(
+            dataset, epoch, old, new_world, new_rank, workers, saved=saved, loader_batch=loader_batch
+        )
+    else:
+        from ..readers import resplit
+
+        states = resplit(dataset, epoch, old, new_world, new_rank, workers, saved.get("split_batch"))
     log.info(
         "elastic resume of epoch %d: %d ranks x %d workers -> %d ranks x %d workers (rank %d)",
         epoch,

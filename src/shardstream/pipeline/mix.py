@@ -18,6 +18,15 @@ State: the schedule's counter, each source's pass number and whether it has ende
 each source node's state (``{"nodes": [...]}`` for a pipeline), all after the last item yielded.
 Positions (``tell``) are ``[source, pass, the source's own token]``, so a shuffle buffer after
 the mixture is saved small, as after a reader.
+
+A pass restored elastically (another ``num_workers`` or world size: ``readers/elastic_mix.py``)
+has two more keys. ``"dealt"``: per source, ``[pass, state]`` of the runs of samples this worker
+was dealt (kept for the positions of its items still in a buffer downstream once the source has
+moved on or left). ``"stop"``: the rule of this pass when it differs from the stage's:
+``"longest"`` after a resume of a ``first_exhausted``, ``all_exhausted`` or ``longest`` mixture,
+whose workers read exactly what they were dealt. A fresh schedule then interleaves the sources
+by their weights until one runs out; the others go on, renormalised. States of passes that were
+not restored elastically are unchanged.
 """
 
 from __future__ import annotations
@@ -153,6 +162,12 @@ class _MixNode(Node):
                 "mixture of the same sources, weights and stop rule"
             )
         self.stage, self.ctx = stage, ctx
+        self.stop = str(state.get("stop", stage.stop))
+        if self.stop not in STOPS:
+            raise StateError(f"the saved mixture's stop rule {self.stop!r} is none of {STOPS} (corrupted)")
+        self.dealt: list[Any] | None = state.get("dealt")
+        if self.dealt is not None and len(self.dealt) != n:
+            raise StateError(f"the saved mixture was dealt runs for {len(self.dealt)} sources, not {n}")
         self.passes = [int(x) for x in state.get("passes", [0] * n)]
         self.ended = [bool(x) for x in state.get("ended", [False] * n)]
         self.active = [bool(x) for x in state.get("active", [True] * n)]
@@ -208,7 +223,7 @@ class _MixNode(Node):
 
     def _ran_out(self, i: int, nexts: list[Any]) -> Any:
         """Source ``i`` ended its pass: the next item from its next pass, ``_STOP`` or ``_LEFT``."""
-        stop = self.stage.stop
+        stop = self.stop
         self.ended[i] = True
         if stop == "first_exhausted" or (stop == "all_exhausted" and all(self.ended)):
             return _STOP
@@ -238,13 +253,18 @@ class _MixNode(Node):
             node.close()
 
     def state_dict(self) -> StateDict:
-        return {
+        state: StateDict = {
             "schedule": self.schedule.state(self._yielded()),
             "passes": list(self.passes),
             "ended": list(self.ended),
             "active": list(self.active),
             "sources": [node.state_dict() if node is not None else None for node in self.nodes],
         }
+        if self.stop != self.stage.stop:
+            state["stop"] = self.stop
+        if self.dealt is not None:
+            state["dealt"] = self.dealt
+        return state
 
     def _tell(self) -> Any:
         i = self.block[self._yielded() - 1]
@@ -257,8 +277,10 @@ class _MixNode(Node):
         if node is not None and self.passes[i] == passes:
             return node
         other = self.extra.get((i, passes))
-        if other is None:  # an item of an earlier pass still in a buffer downstream
-            other = self.extra[(i, passes)] = self.stage.source_node(i, passes, self.ctx, None)
+        if other is None:  # an item of an earlier pass (or of a source that left) still downstream
+            dealt = self.dealt[i] if self.dealt is not None else None
+            own = dealt[1] if dealt is not None and int(dealt[0]) == passes else None
+            other = self.extra[(i, passes)] = self.stage.source_node(i, passes, self.ctx, own)
         return other
 
     def item_at(self, token: Any) -> Any:

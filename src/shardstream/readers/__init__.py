@@ -7,7 +7,7 @@
   ``"exact"``), counting shards lazily (:mod:`.counts`);
 * :mod:`.objects`: ``ObjectSamples``, this slot's single-sample objects, fetched ahead;
 * :mod:`.elastic` and :mod:`.runs`: a saved epoch re-cut for a new world, and the node that reads
-  the re-cut runs;
+  the re-cut runs; :mod:`.elastic_mix`, the same for a mixture's sources;
 * :mod:`.empty`: ``CheckEmpty`` and ``non_empty``.
 
 Layering: builds on the stage contract (:mod:`shardstream.pipeline`), planning, the sources,
@@ -15,6 +15,7 @@ the tar and object formats; used by the datasets, the loader and the facades.
 """
 
 from .elastic import resplit
+from .elastic_mix import resplit_mixture
 from .empty import CheckEmpty, non_empty
 from .objects import ObjectSamples, open_table
 from .planned import PlannedSamples
@@ -45,6 +46,7 @@ __all__ = [
     "non_empty",
     "open_table",
     "resplit",
+    "resplit_mixture",
     "shardspec",
     "single_node_only",
     "split_by_node",

@@ -17,7 +17,8 @@ the reader hold no state but a shuffle buffer and the items map stages on thread
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import StateError
@@ -32,13 +33,14 @@ from ..shards.world import World
 from .planned import PlannedSamples
 from .read_shards import ReadShards, ahead_url
 
-__all__ = ["remaining", "resplit"]
+__all__ = ["Unread", "reader_index", "remaining", "resplit", "unread"]
 
 # States that the stages after the reader may hold and still be restarted fresh.
 _TRIVIAL: tuple[StateDict, ...] = ({}, {"seen": True}, {"seen": False})
 
 
-def _reader_index(pipeline: Any) -> int:
+def reader_index(pipeline: Any) -> int:
+    """The index of ``pipeline``'s shard reader (its epoch planner or ``ReadShards``)."""
     for i, stage in enumerate(pipeline.pipeline):
         if isinstance(stage, (PlannedSamples, ReadShards)):
             return i
@@ -46,6 +48,30 @@ def _reader_index(pipeline: Any) -> int:
         "this pipeline has no shard reader (PlannedSamples or ReadShards) of its own, so its position "
         "cannot be re-split over another number of workers; resume with the same num_workers and world"
     )
+
+
+@dataclass(frozen=True)
+class Unread:
+    """What one old ``(rank, worker)`` had not yielded of a pass, as :func:`unread` finds it.
+
+    Attributes:
+        rest: the reader's rest (the piece or shard in progress, those still ahead), in order.
+        held: the items the stages after the reader had pulled and not yielded (a shuffle
+            buffer, the items map stages on threads had in flight), one-sample runs.
+        shuffled: a shuffle after the reader reorders them (else ``held`` come first, then
+            ``rest``: the order the pipeline would have yielded them in).
+        locate: the one-sample run of a position (a token of the reader's ``tell``).
+    """
+
+    rest: list[Run]
+    held: list[Run]
+    shuffled: bool
+    locate: Callable[[Any], Run]
+
+    @property
+    def runs(self) -> list[Run]:
+        """Every sample left, in the order the pipeline yields them unless it is ``shuffled``."""
+        return self.held + self.rest
 
 
 def remaining(
@@ -62,6 +88,20 @@ def remaining(
     re-splitting many old workers plans the old epoch once)."""
     if finished_epoch(state, epoch):
         return []  # that worker had yielded all of its share
+    left = unread(pipeline, epoch, world, state, batch_size, plans)
+    return left.rest + left.held
+
+
+def unread(
+    pipeline: Any,
+    epoch: int,
+    world: World,
+    state: StateDict | None,
+    batch_size: int | None = None,
+    plans: dict[tuple[int, int], EpochPlan] | None = None,
+) -> Unread:
+    """Like :func:`remaining`, with the items held after the reader apart and the way to locate
+    a saved position (``state=None``: the pass from its start)."""
     state = state or {}
     for key in ("replay", "taken", "pass"):
         if state.get(key):
@@ -71,7 +111,7 @@ def remaining(
                 "with the same num_workers and world size"
             )
     nodes: list[StateDict | None] = list(state.get("nodes") or [None] * len(pipeline.pipeline))
-    index = _reader_index(pipeline)
+    index = reader_index(pipeline)
     reader, ctx = pipeline.pipeline[index], RunContext(epoch, world, pipeline.seed)
     own: StateDict = nodes[index] or {}
     locate: Any
@@ -83,19 +123,21 @@ def remaining(
         rest, locate = _rest_of_plan(reader, ctx, own, batch_size, {} if plans is None else plans)
     else:
         rest, locate = _rest_of_shards(pipeline, index, ctx, nodes, own)
-    buffered: list[Run] = []
+    held: list[Run] = []
+    shuffled = False
     for stage, node_state in zip(pipeline.pipeline[index + 1 :], nodes[index + 1 :], strict=True):
+        shuffled = shuffled or (isinstance(stage, Shuffle) and stage.bufsize >= 2)
         if isinstance(stage, Shuffle) and node_state:
-            buffered.extend(locate(token) for token in node_state.get("buffer", []))
+            held.extend(locate(token) for token in node_state.get("buffer", []))
         elif isinstance(stage, MapStage) and node_state and set(node_state) == {"pending"}:
             # items map stages on threads had pulled and not yielded (pipeline/parallel.py)
-            buffered.extend(locate(token) for token in node_state["pending"])
+            held.extend(locate(token) for token in node_state["pending"])
         elif node_state is not None and node_state not in _TRIVIAL:
             raise StateError(
                 f"stage {type(stage).__name__} after the reader holds a position ({str(node_state)[:80]}) "
                 "that cannot be re-split over other workers; resume with the same num_workers and world size"
             )
-    return rest + buffered
+    return Unread(rest, held, shuffled, locate)
 
 
 def _single(url: str, offset: int, pad: bool | None) -> Run:
@@ -221,7 +263,7 @@ def resplit(
     units = [
         unit for world, state in old for unit in remaining(pipeline, epoch, world, state, old_batch, plans)
     ]
-    index = _reader_index(pipeline)
+    index = reader_index(pipeline)
     reader = pipeline.pipeline[index]
     slots = world_size * num_workers
     if isinstance(reader, PlannedSamples):

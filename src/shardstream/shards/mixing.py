@@ -18,6 +18,9 @@ the last one is used up, so the per-item cost is one list step):
   normalised weights, as WebDataset draws). The state is the number of draws; a restore replays
   them on a fresh generator (tens of nanoseconds per draw).
 
+:func:`picks_before_stop` replays a schedule without reading anything: how many more items each
+source gives before the mixture's pass stops (an elastic resume keeps exactly those).
+
 Rejected: independent coin flips for ``ss.Mix`` (a 600-sample window strays by several points
 about one time in twenty), and a per-item argmax of deficits (the same order at a Python loop
 over the sources per item; the block plan costs a few numpy calls per 4,096 items).
@@ -27,15 +30,15 @@ from __future__ import annotations
 
 import random
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from itertools import accumulate
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from .world import derive_seed
 
-__all__ = ["BLOCK", "Balanced", "RandomDraws", "balanced_count", "phases"]
+__all__ = ["BLOCK", "Balanced", "RandomDraws", "Schedule", "balanced_count", "phases", "picks_before_stop"]
 
 #: Picks planned at once: a few numpy calls per block (about 30 ns per pick), a list step per pick.
 BLOCK = 4096
@@ -184,3 +187,70 @@ class RandomDraws:
     def state(self, k: int = 0) -> int:
         """The draw count after the first ``k`` draws of the last plan."""
         return self.draws + k
+
+
+class Schedule(Protocol):
+    """What a mixture asks of its schedule (:class:`Balanced`, :class:`RandomDraws`)."""
+
+    def plan(self, active: Sequence[bool], size: int = BLOCK) -> list[int]: ...
+
+    def commit(self, k: int) -> None: ...
+
+
+def picks_before_stop(
+    schedule: Schedule,
+    active: Sequence[bool],
+    ended: Sequence[bool],
+    sizes: Sequence[Iterator[int]],
+    last: bool,
+) -> list[int]:
+    """Items each source gives from now until a mixture following ``schedule`` stops, as the
+    mixture's node would run (``pipeline/mix.py``), without reading anything.
+
+    Args:
+        schedule: the schedule at the saved position (it is advanced).
+        active: the sources still in the mixture; ``ended``: those that ended a pass already.
+        sizes: per active source, the items its current pass still holds, then the sizes of its
+            next passes (asked for only when the source starts one).
+        last: ``False`` (``"first_exhausted"``): stop at the first pick that finds a source run
+            out; ``True`` (``"all_exhausted"``): a source that runs out starts its next pass, and
+            the mixture stops at the pick that finds the last source not yet ended run out. A
+            next pass of no items makes its source leave (its failed pick is spent).
+    """
+    n = len(active)
+    active, ended = list(active), list(ended)
+    left = [next(sizes[i]) if active[i] else 0 for i in range(n)]
+    taken = [0] * n
+    while True:
+        block = schedule.plan(active)
+        if not block:
+            return taken
+        picks, pos = np.asarray(block, dtype=np.int64), 0
+        while True:
+            rest = picks[pos:]
+            hits = {i: np.flatnonzero(rest == i) for i in range(n) if active[i]}
+            # the first pick from here that finds its source run out
+            outs = [(int(h[left[i]]), i) for i, h in hits.items() if len(h) > left[i]]
+            at = min(outs)[0] if outs else len(rest)
+            for i, h in hits.items():
+                got = int(np.searchsorted(h, at))
+                taken[i] += got
+                left[i] -= got
+            if not outs:
+                schedule.commit(len(block))
+                break
+            i = min(outs)[1]
+            ended[i] = True
+            if not last or all(ended):
+                return taken
+            size = next(sizes[i])
+            if size > 0:  # the failed pick takes the next pass's first item
+                taken[i] += 1
+                left[i] = size - 1
+                pos += at + 1
+                continue
+            active[i] = False
+            schedule.commit(pos + at + 1)
+            if not any(active):
+                return taken
+            break
