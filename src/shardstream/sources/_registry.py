@@ -104,6 +104,10 @@ def scheme_of(url: str) -> str:
     return match.group(1).lower()
 
 
+#: fsspec protocols served by the fallback source in this process (see :func:`_load`).
+_FALLBACKS_IN_USE: set[str] = set()
+
+
 def _options_key(options: Mapping[str, Any]) -> str:
     # repr of sorted items: distinct credentials/endpoints get distinct sources. The key is never
     # logged (it may hold secrets).
@@ -118,6 +122,7 @@ def _load(scheme: str) -> type:
         from .fallback import fsspec_protocols, source_class_for
 
         if scheme in fsspec_protocols():
+            _FALLBACKS_IN_USE.add(scheme)  # (it takes any option: see _accepted_anywhere)
             return source_class_for(scheme)
         raise ConfigurationError(
             f"no source for URL scheme {scheme!r}; known schemes: {', '.join(sorted(_REGISTRY))}, and "
@@ -152,8 +157,10 @@ def source_options(scheme: str) -> frozenset[str] | None:
 
 
 def _accepted_anywhere() -> dict[str, frozenset[str] | None]:
-    """scheme -> accepted options, for every registered scheme whose module imports."""
-    table: dict[str, frozenset[str] | None] = {}
+    """scheme -> accepted options, for every registered scheme whose module imports, and every
+    fsspec protocol this process has used (which takes any option: a dataset that mixes
+    ``s3://`` and ``ftp://`` passes ftp's options beside S3's)."""
+    table: dict[str, frozenset[str] | None] = dict.fromkeys(_FALLBACKS_IN_USE)
     for scheme in sorted(_REGISTRY):
         try:
             table[scheme] = source_options(scheme)
