@@ -25,15 +25,14 @@ from typing import Any
 from ..cache import cached_source
 from ..config import UNSET, Unset, read_settings
 from ..handlers import Handler, reraise_exception
-from ..pipeline.base import Stage
-from ..pipeline.batch import Batched
+from ..pipeline.batch import items_after
 from ..pipeline.fluent import FluidInterface
 from ..pipeline.pipeline import DataPipeline
 from ..readers.empty import CheckEmpty
 from ..readers.planned import PlannedSamples
 from ..readers.read_shards import ReadShards, ShardFormat
 from ..readers.shardlists import ResampledShards, ShardShuffle, SimpleShardList
-from ..shards.plan import PLAN_VERSION
+from ..shards.plan import PLAN_VERSION, worker_quotas
 from ..shards.spec import expand_urls
 from ..shards.world import World
 from ..sources import SchemeRouter, Source, check_pipe
@@ -199,13 +198,16 @@ class Dataset(DataPipeline, FluidInterface):
         """
         if self.size is None and self.planned is not None:
             n = self.planned.samples_per_rank(self.context(0).world.world_size)
-            for stage in self.pipeline[1:]:
-                n = _after(stage, n)
-            return n
+            return items_after(self.pipeline[1:], n)
         return DataPipeline.__len__(self)
 
-
-def _after(stage: Stage, n: int) -> int:
-    if isinstance(stage, Batched):
-        return -(-n // stage.batchsize) if stage.partial else n // stage.batchsize
-    return n
+    def slot_length(self, world: World) -> int | None:
+        """Items the ``(rank, worker)`` slot of ``world`` yields per epoch. With a planned split:
+        the worker's quota (whole batches of the split's ``batch_size``, the same on every rank;
+        :func:`~shardstream.shards.plan.worker_quotas`) through the stages after the planner."""
+        planned = self.planned
+        if self.size is not None or planned is None or self.repetitions != 1 or self.nsamples > 0:
+            return DataPipeline.slot_length(self, world)
+        batches = planned.batches_per_rank(world.world_size)
+        quota = worker_quotas(batches, world.num_workers, planned.batch_size)[world.worker]
+        return items_after(self.pipeline[1:], quota)

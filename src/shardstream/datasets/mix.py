@@ -21,7 +21,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import ConfigurationError
-from ..pipeline.batch import Batched
+from ..pipeline.base import RunContext
+from ..pipeline.batch import items_after
 from ..pipeline.fluent import FluidInterface
 from ..pipeline.mix import MixSource
 from ..pipeline.pipeline import DataPipeline
@@ -62,7 +63,9 @@ class Mix(DataPipeline, FluidInterface):
 
     With DataLoader workers or ``ss.Loader(num_workers=M)``, each worker mixes its own share of
     every source. With ``split="equal"`` sources every rank then yields the same number of
-    items (the shares, and so the interleave, are the same on every rank).
+    items (the shares, and so the interleave, are the same on every rank). Lengths are exact
+    with any number of workers: ``len(mix)`` is one process's; a loader (``WebLoader``,
+    ``ss.Loader``) adds up its workers' :meth:`slot_length`, each batched on its own.
 
     A loader's state restores exactly with the same ``num_workers`` and world size, and
     elastically with others (the same global batch; every rank's state for another world
@@ -112,32 +115,54 @@ class Mix(DataPipeline, FluidInterface):
         return {**DataPipeline.fingerprint(self), "seed": self.seed, **self.mix.fingerprint()}
 
     def __len__(self) -> int:
-        """Items per rank per epoch, when every source's length is known (a planned ``split=``).
-
-        Exact in one process (no workers, or ``ss.Loader`` threads). With DataLoader workers each
-        worker mixes its own share, so the total may differ by a few items per worker (the same
-        on every rank). Batching stages composed after the mixture are taken into account.
+        """Items per rank per epoch in one process (no workers, or ``ss.Loader`` threads), when
+        every source's length is known (a planned ``split=``), through the stages composed after
+        the mixture (``.batched(n)``). Loaders with workers count worker by worker
+        (:meth:`slot_length`): ``len(loader)`` is exact with any ``num_workers``.
         """
         if self.size is not None:
             return self.size
-        stop = self.mix.stop
-        if stop == "never":
+        if self.mix.stop == "never":
             raise TypeError("an endless mixture (stop='never') has no length; use .with_epoch(n)")
-        sizes = []
-        for i, ds in enumerate(self.datasets):
-            try:
-                sizes.append(len(ds))
-            except TypeError as exn:
-                raise TypeError(
-                    f"the mixture's length needs every source's: source {i}'s is unknown ({exn}); give "
-                    "the sources a planned split (split='equal' or 'exact') or with_length(n)"
-                ) from exn
+        sizes = self._source_lengths(self.context(0).world.with_worker(0, 1))
+        unknown = [i for i, n in enumerate(sizes) if n is None]
+        if unknown:
+            raise TypeError(
+                f"the mixture's length needs every source's: that of source(s) {unknown} is unknown; "
+                "give the sources a planned split (split='equal' or 'exact') or with_length(n)"
+            )
+        return self._items([n for n in sizes if n is not None])
+
+    def slot_length(self, world: World) -> int | None:
+        """Items the ``(rank, worker)`` slot of ``world`` yields per epoch, as its worker runs:
+        the worker mixes its own share of every source (each source's ``slot_length`` for that
+        worker: with planned splits, its quota) by the schedule every worker shares (the phases
+        depend on the seed alone), stops by the stop rule, and batches its own items (a partial
+        batch per worker). ``None`` when a source's share is unknown or ``stop="never"``.
+
+        Closed form per slot (:func:`~shardstream.shards.mixing.balanced_count`: a bisection
+        per source, no schedule replayed), so a loader's ``len()`` costs microseconds per worker
+        whatever the number of samples.
+        """
+        if self.size is not None or self.mix.stop == "never" or self.repetitions != 1 or self.nsamples > 0:
+            return DataPipeline.slot_length(self, world)
+        sizes = self._source_lengths(world)
+        if None in sizes:
+            return None
+        return self._items([n for n in sizes if n is not None])
+
+    def _source_lengths(self, world: World) -> list[int | None]:
+        """Each source's items in ``world``'s slot, in the world the mixture gives that source
+        (its own ``world=`` wins for rank and world size: ``MixSource.context``)."""
+        ctx = RunContext(0, world, self.seed)
+        return [src.slot_length(self.mix.context(i, 0, ctx).world) for i, src in enumerate(self.datasets)]
+
+    def _items(self, sizes: list[int]) -> int:
+        """Items one process yields from sources of ``sizes`` items per pass, after the stages."""
+        stop = self.mix.stop
         if stop == "longest":
             n = sum(sizes)
         else:
-            weights, phase = self.mix.weights, phases(len(sizes), self.seed)
-            n = balanced_count(weights, phase, sizes, last=stop == "all_exhausted")
-        for stage in self.pipeline[1:]:
-            if isinstance(stage, Batched):
-                n = -(-n // stage.batchsize) if stage.partial else n // stage.batchsize
-        return n
+            phase = phases(len(sizes), self.seed)
+            n = balanced_count(self.mix.weights, phase, sizes, last=stop == "all_exhausted")
+        return items_after(self.pipeline[1:], n)

@@ -31,6 +31,7 @@ from ..pipeline.parallel import Threads
 from ..pipeline.pipeline import close_iterator
 from ..pipeline.seams import LoaderDataset
 from ..telemetry.report import threads_verdict
+from ._length import batch_count, loader_length
 from ._state import Live, fingerprint, loader_state, restore_plan
 from .device import PinnedMemory, Pinning, Prefetch, cuda, to_device
 from .shm import MainRing, RingHandOff, RingWorkers, new_token, ring_directory
@@ -212,10 +213,8 @@ class Loader:
     def __len__(self) -> int:
         if self._workers is not None:
             return len(self._workers)
-        n = len(self.dataset)
-        if self.batch_size is None:
-            return n
-        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+        n = loader_length(self.dataset, 0, self.batch_size, self.drop_last)
+        return n if n is not None else batch_count(len(self.dataset), self.batch_size, self.drop_last)
 
     def _to_device(self, batches: Iterator[Any]) -> Iterator[Any]:
         out = to_device(batches, self.device)

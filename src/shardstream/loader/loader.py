@@ -17,6 +17,7 @@ from ..pipeline.fluent import FluidInterface, FluidWrapper
 from ..pipeline.iterable import require_torch
 from ..pipeline.seams import LoaderDataset
 from ..shards.world import World
+from ._length import loader_length
 from ._start import StartChoice, choose, prepare
 from ._state import Live, StampingCollate, fingerprint, loader_state, restore_plan, tracked
 from ._telemetry import attach_telemetry, loader_stats
@@ -340,8 +341,9 @@ class WebLoader(DataLoader, FluidInterface):  # type: ignore[type-arg]
         if size is not None:
             return int(size)
         fluid = self.__dict__.get("_fluid")
-        if fluid is None:
-            return int(super().__len__())
+        if fluid is None:  # each worker batches its own share: counted per worker (_length.py)
+            n = loader_length(self.dataset, self.num_workers, self.batch_size, self.drop_last)
+            return n if n is not None else int(super().__len__())
         if fluid.nsamples > 0 and fluid.repetitions == sys.maxsize:
             return int(fluid.nsamples)  # with_epoch(n): every iter() yields n items
         raise TypeError(

@@ -17,6 +17,7 @@ __all__ = [
     "Expand",
     "batched",
     "default_collation_fn",
+    "items_after",
     "listed",
     "unbatched",
     "unlisted",
@@ -206,6 +207,15 @@ class Batched(Stage):
         if upstream is None:
             raise ValueError("batched needs an upstream stage")
         return _BatchNode(self, upstream)
+
+
+def items_after(stages: Sequence[Any], n: int) -> int:
+    """Items that ``n`` items become through ``stages`` in one process: each :class:`Batched`
+    makes batches of them (the last one partial, or dropped); other stages keep the count."""
+    for stage in stages:
+        if isinstance(stage, Batched):
+            n = -(-n // stage.batchsize) if stage.partial else n // stage.batchsize
+    return n
 
 
 def batched(

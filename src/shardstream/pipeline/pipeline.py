@@ -415,6 +415,16 @@ class DataPipeline(EpochOwner, IterableDatasetBase):  # type: ignore[type-arg]
             raise TypeError("this pipeline's length is unknown; call .with_length(n) or use with_epoch(n)")
         return self.size
 
+    def slot_length(self, world: World) -> int | None:
+        """Items one ``(rank, worker)`` slot of ``world`` yields per epoch (``LoaderDataset``'s).
+
+        Here: a declared length (``with_length``) is the whole rank's, so only a rank with one
+        worker knows its slot's; ``None`` otherwise. Planned datasets and mixtures compute it.
+        """
+        if self.size is not None and world.num_workers == 1:
+            return self.size
+        return None
+
     def with_epoch(self, nsamples: int = -1, nbatches: int = -1) -> DataPipeline:
         """Make each ``iter()`` yield exactly ``nsamples`` items, continuing the stream across epochs.
 

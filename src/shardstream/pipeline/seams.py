@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
+    from ..shards.world import World
     from ..sources import Source
     from ..telemetry.io import IoCounters
     from .base import RunContext, StateDict
@@ -40,6 +41,10 @@ class LoaderDataset(Stateful, Protocol):
     worker collates carries :meth:`position`; a restored loader hands every worker its saved
     state with :meth:`restore_workers` before they start, and calls :meth:`workers_started`
     once they have their copies.
+
+    Lengths: :meth:`slot_length` gives the items one ``(rank, worker)`` slot yields per epoch,
+    so a loader counts its batches worker by worker (each worker batches its own items, with a
+    partial batch of its own) instead of dividing the rank's total.
     """
 
     epoch: int
@@ -67,6 +72,11 @@ class LoaderDataset(Stateful, Protocol):
     def telemetry_on(self) -> bool: ...
 
     def use_threads(self, threads: Threads | None) -> None: ...
+
+    def slot_length(self, world: World) -> int | None:
+        """Items the slot ``(world.rank, world.worker)`` of ``world`` yields in one epoch (its
+        ``num_workers`` workers per rank); ``None`` when the dataset cannot know it."""
+        ...
 
 
 @runtime_checkable
