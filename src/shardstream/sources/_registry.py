@@ -104,10 +104,6 @@ def scheme_of(url: str) -> str:
     return match.group(1).lower()
 
 
-#: fsspec protocols served by the fallback source in this process (see :func:`_load`).
-_FALLBACKS_IN_USE: set[str] = set()
-
-
 def _options_key(options: Mapping[str, Any]) -> str:
     # repr of sorted items: distinct credentials/endpoints get distinct sources. The key is never
     # logged (it may hold secrets).
@@ -122,7 +118,6 @@ def _load(scheme: str) -> type:
         from .fallback import fsspec_protocols, source_class_for
 
         if scheme in fsspec_protocols():
-            _FALLBACKS_IN_USE.add(scheme)  # (it takes any option: see _accepted_anywhere)
             return source_class_for(scheme)
         raise ConfigurationError(
             f"no source for URL scheme {scheme!r}; known schemes: {', '.join(sorted(_REGISTRY))}, and "
@@ -157,10 +152,8 @@ def source_options(scheme: str) -> frozenset[str] | None:
 
 
 def _accepted_anywhere() -> dict[str, frozenset[str] | None]:
-    """scheme -> accepted options, for every registered scheme whose module imports, and every
-    fsspec protocol this process has used (which takes any option: a dataset that mixes
-    ``s3://`` and ``ftp://`` passes ftp's options beside S3's)."""
-    table: dict[str, frozenset[str] | None] = dict.fromkeys(_FALLBACKS_IN_USE)
+    """scheme -> accepted options, for every registered scheme whose module imports."""
+    table: dict[str, frozenset[str] | None] = {}
     for scheme in sorted(_REGISTRY):
         try:
             table[scheme] = source_options(scheme)
@@ -193,17 +186,22 @@ def _check_known(names: Iterable[str]) -> None:
         )
 
 
-def options_for(scheme: str, storage_options: Mapping[str, Any] | None) -> dict[str, Any]:
+def options_for(
+    scheme: str, storage_options: Mapping[str, Any] | None, *, checked: bool = False
+) -> dict[str, Any]:
     """The part of ``storage_options`` that the source of ``scheme`` accepts.
 
     Options meant for other schemes are left out; an option that no registered source accepts
-    raises ConfigurationError.
+    raises ConfigurationError, unless ``checked``: the options were already checked against
+    every URL they serve (:class:`~._router.SchemeRouter`), which may include an fsspec
+    protocol that takes options no registered source knows (``ftp://``'s ``username``).
     """
     options = dict(storage_options or {})
     accepted = source_options(scheme)
     if accepted is None:
         return options
-    _check_known(name for name in options if name not in accepted)
+    if not checked:
+        _check_known(name for name in options if name not in accepted)
     return {name: value for name, value in options.items() if name in accepted}
 
 
@@ -231,14 +229,16 @@ def check_storage_options(storage_options: Mapping[str, Any] | None, urls: Itera
         )
 
 
-def get_source(url_or_scheme: str, storage_options: Mapping[str, Any] | None = None) -> Source:
+def get_source(
+    url_or_scheme: str, storage_options: Mapping[str, Any] | None = None, *, checked: bool = False
+) -> Source:
     """The (per-process, shared) source for a URL's scheme and the given options.
 
     ``url_or_scheme`` is a URL or path, or a bare registered scheme name (``"s3"``). The source
-    gets only the options it accepts (see :func:`options_for`).
+    gets only the options it accepts (see :func:`options_for`, and its ``checked``).
     """
     scheme = url_or_scheme if url_or_scheme in _REGISTRY else scheme_of(url_or_scheme)
-    options = options_for(scheme, storage_options)
+    options = options_for(scheme, storage_options, checked=checked)
     # Sources hold sockets and threads that must not cross fork(): key instances by PID. A
     # source that declares ``fork_safe`` (its pools drop the parent's connections in a forked
     # child, and it rebuilds what else it holds on first use) is adopted from the parent

@@ -43,6 +43,9 @@ class SchemeRouter(SourceBase):
     ) -> None:
         self.storage_options: dict[str, Any] = dict(storage_options or {})
         self.allow_pipe = allow_pipe
+        # The options are checked here, once (against the URLs' schemes when they are known),
+        # so each source then takes its own share without a check of its own: one dataset may
+        # mix local paths with an fsspec protocol whose options no registered source knows.
         if urls is not None:
             check_storage_options(self.storage_options, urls)
         else:
@@ -61,7 +64,7 @@ class SchemeRouter(SourceBase):
     def source_for(self, url: str) -> Source:
         """This process's source for ``url``'s scheme (refuses ``pipe:`` unless allowed)."""
         check_pipe(url, self.allow_pipe)
-        return get_source(url, self.storage_options)
+        return get_source(url, self.storage_options, checked=True)
 
     def route(self, url: str) -> SourceBase:
         """This process's source for ``url``'s scheme, with the optional capabilities (its own
