@@ -71,6 +71,7 @@ if _TYPE_CHECKING:
         CacheLockTimeout,
         ConfigurationError,
         DecodingError,
+        IndexFormatError,
         MissingFieldError,
         ObjectChangedError,
         PipeCommandError,
@@ -156,9 +157,10 @@ _MODULES: dict[str, str] = {
     "shardstream.compat.webdataset": "WebDataset check_empty",
     "shardstream.decoders": "AudioWindows VideoClips register_decoder video_info",
     "shardstream.errors": (
-        "AccessDeniedError CacheError CacheLockTimeout ConfigurationError DecodingError MissingFieldError "
-        "ObjectChangedError PipeCommandError ShardFormatError ShardNotFoundError ShardStreamError "
-        "SourceError SplitError StateError TransientSourceError UnsafeOperationError WorkerStuckError"
+        "AccessDeniedError CacheError CacheLockTimeout ConfigurationError DecodingError IndexFormatError "
+        "MissingFieldError ObjectChangedError PipeCommandError ShardFormatError ShardNotFoundError "
+        "ShardStreamError SourceError SplitError StateError TransientSourceError UnsafeOperationError "
+        "WorkerStuckError"
     ),
     "shardstream.handlers": (
         "ignore_and_continue ignore_and_stop reraise_exception warn_and_continue warn_and_stop"
@@ -272,6 +274,7 @@ __all__ += [
     "CacheLockTimeout",
     "ConfigurationError",
     "DecodingError",
+    "IndexFormatError",
     "MissingFieldError",
     "ObjectChangedError",
     "PipeCommandError",

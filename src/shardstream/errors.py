@@ -10,7 +10,8 @@ clauses written for WebDataset keep working::
     ├── UnsafeOperationError (PermissionError)  pickle decoding or pipe: used without opting in
     ├── ConfigurationError (ValueError)      bad argument or spec; the message says the fix
     │   ├── SplitError                       fewer shards than ranks x workers, and similar
-    │   └── StateError                       a saved state cannot be restored (mismatch, unsupported stage)
+    │   ├── StateError                       a saved state cannot be restored (mismatch, unsupported stage)
+    │   └── IndexFormatError                 a shard index or offsets sidecar is truncated, corrupt or missing
     ├── SourceError (OSError)                opening or reading a URL failed
     │   ├── ShardNotFoundError (FileNotFoundError)  404 / missing file / unknown bucket
     │   ├── AccessDeniedError (PermissionError)     401 / 403 / bad credentials
@@ -36,6 +37,7 @@ __all__ = [
     "CacheLockTimeout",
     "ConfigurationError",
     "DecodingError",
+    "IndexFormatError",
     "MissingFieldError",
     "ObjectChangedError",
     "PipeCommandError",
@@ -200,6 +202,12 @@ class SplitError(ConfigurationError):
 class StateError(ConfigurationError):
     """A pipeline state cannot be saved or restored: it was taken from a different pipeline
     (shards, seed, batch size, split mode, world size), or a stage cannot report its position."""
+
+
+class IndexFormatError(ConfigurationError):
+    """A shard index (``_info.json``) or an offsets sidecar cannot be read: truncated, corrupt,
+    written for other shards, or listed but missing. The message names the file and how to
+    rewrite it (``shardstream index``)."""
 
 
 class SourceError(ShardStreamError, OSError):

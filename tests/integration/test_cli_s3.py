@@ -55,7 +55,7 @@ def test_s3_dataset_good_then_broken(
     # index (with offsets) to S3, then verify clean
     assert main(["index", spec, *opts]) == 0
     assert capsys.readouterr().out == f"wrote {prefix}/_info.json: 3 shards, 30 samples\n"
-    entries = read_index_entries(prefix, storage_options=s3_server.storage_options)
+    entries = read_index_entries(prefix, storage_options=s3_server.storage_options, offsets=True)
     assert [len(e.get("offsets", [])) for e in entries] == [10, 10, 10]
     assert main(["verify", spec, "--decode", "json", *opts]) == 0
     assert capsys.readouterr().out.endswith("1 index, decoded json: 0 problems\n")

@@ -48,10 +48,15 @@ def _sequential(directory: Path, names: list[str]) -> list[dict[str, Any]]:
     ]
 
 
+def _index_files(names: list[str]) -> list[str]:
+    """The index and the shards' offsets sidecars (what is copied with the shards)."""
+    return ["_info.json", *(f"_offsets/{n}.bin" for n in names)]
+
+
 def _publish_http(http_server: Any, directory: Path, names: list[str]) -> str:
-    """Copy the shards and their _info.json under a fresh path of the HTTP server; its prefix."""
+    """Copy the shards, their _info.json and sidecars under a fresh path of the HTTP server; its prefix."""
     prefix = f"ra{next(_names)}"
-    for name in [*names, "_info.json"]:
+    for name in [*names, *_index_files(names)]:
         http_server.write(f"{prefix}/{name}", (directory / name).read_bytes())
     return prefix
 
@@ -79,17 +84,42 @@ def test_http_reads_only_the_requested_ranges(http_server: Any, tmp_path: Path) 
     assert sum(len(r) for r in (http_server.range_headers(f"{prefix}/{n}") for n in names)) == 5
 
 
+def test_offsets_sidecars_are_read_only_for_the_shards_touched(http_server: Any, tmp_path: Path) -> None:
+    names = _write(tmp_path, shards=4, per_shard=30)
+    prefix = _publish_http(http_server, tmp_path, names)
+
+    def sidecar_gets() -> list[int]:
+        return [http_server.gets(f"{prefix}/_offsets/{n}.bin") for n in names]
+
+    ds = ss.ShardDataset([http_server.url_for(f"{prefix}/{n}") for n in names])
+    # Construction reads the index's counts table (one ranged GET: the index is small), nothing else.
+    assert http_server.gets(f"{prefix}/_info.json") == 1 and sidecar_gets() == [0, 0, 0, 0]
+    sequential = _sequential(tmp_path, names)
+    assert _fields(ds[75]) == sequential[75]  # shard 2
+    assert sidecar_gets() == [0, 0, 1, 0]
+    assert [_fields(s) for s in ds.__getitems__([80, 5, 119, 61])] == [
+        sequential[i] for i in (80, 5, 119, 61)
+    ]
+    assert sidecar_gets() == [1, 0, 1, 1]  # the batch's two new shards, fetched together; shard 2 kept
+    assert http_server.gets(f"{prefix}/_info.json") == 1
+
+
 def test_s3_random_access_counted_at_a_proxy(
     s3_server: Any, s3_bucket: str, fault_proxy: Any, tmp_path: Path
 ) -> None:
     names = _write(tmp_path)
-    for name in [*names, "_info.json"]:
+    for name in [*names, *_index_files(names)]:
         s3_server.put_object(s3_bucket, f"data/{name}", (tmp_path / name).read_bytes())
     proxy = fault_proxy(s3_server.endpoint_url)
     options = s3_server.options_for(endpoint_url=proxy.url)
     ds = ss.ShardDataset([f"s3://{s3_bucket}/data/{n}" for n in names], storage_options=options)
-    index_bytes = proxy.response_bytes
     picks = [100, 7, 66, 31, 45, 12, 88, 119, 0, 59]  # no two neighbours: one request each
+    assert proxy.gets(f"{s3_bucket}/data/_info.json") == 1
+    assert not any(proxy.gets(f"{s3_bucket}/data/_offsets/{n}.bin") for n in names)
+    for i in picks:  # the shards' sidecars: read here, so that the batch below is samples only
+        ds.locate(i)
+    assert [proxy.gets(f"{s3_bucket}/data/_offsets/{n}.bin") for n in names] == [1, 1, 1, 1]
+    index_bytes = _settled(lambda: proxy.response_bytes, 0)
     got = ds.__getitems__(picks)
     sequential = _sequential(tmp_path, names)
     assert [_fields(s) for s in got] == [sequential[i] for i in picks]

@@ -154,7 +154,7 @@ def check_shards(info: Any, samples: Samples, storage_options: dict[str, Any] | 
     sizes = [entry["bytes"] for entry in info.shards]
     assert all(0.9 * TARGET <= size <= TARGET for size in sizes[:-1]), sizes
     assert 0 < sizes[-1] <= TARGET
-    assert read_index_entries(info.dst, storage_options=storage_options) == list(info.shards)
+    assert read_index_entries(info.dst, storage_options=storage_options, offsets=True) == list(info.shards)
     for url, entry in zip(info.urls, info.shards, strict=True):
         with open_url(url, storage_options=storage_options) as stream:
             data = stream.read()
@@ -233,7 +233,7 @@ def test_pack_folder_round_trip(ray_local: Any, tmp_path: Path) -> None:
 
     assert info.urls[0] == f"{tmp_path}/out/shard-000000.tar"
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(
-        ["_info.json", *(e["url"] for e in info.shards)]
+        ["_info.json", "_offsets", *(e["url"] for e in info.shards)]
     )
     assert read_back(info.spec) == samples
     with warnings.catch_warnings():  # WebDataset 1.0.2 leaves its shard files to the GC

@@ -446,7 +446,8 @@ def test_shardwriter_dataset_and_objectstream_round_trip(az: Azurite, container:
         for i in range(12):
             sink.write({"__key__": f"k{i:03d}", "txt": f"sample {i}"})
     assert sorted(x.key for x in get_source("az://", opts).list_objects(f"az://{container}/prefix/")) == [
-        "_info.json",  # ShardWriter's index
+        "_info.json",  # ShardWriter's index, and its shards' offsets sidecars
+        *(f"_offsets/train-{i:06d}.tar.bin" for i in range(3)),
         *(f"train-{i:06d}.tar" for i in range(3)),
     ]
     spec = f"az://{container}/prefix/train-{{000000..000002}}.tar"

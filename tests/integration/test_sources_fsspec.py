@@ -34,7 +34,7 @@ def test_shards_written_and_read_back_over_ftp(ftp_server: FTPServer) -> None:
     options = ftp_server.storage_options
     keys = _write_shards(ftp_server.url("train/train-%06d.tar"), options)
     on_disk = sorted(p.name for p in (ftp_server.root / "train").iterdir())
-    assert on_disk == ["_info.json", "train-000000.tar", "train-000001.tar", "train-000002.tar"]
+    assert on_disk == ["_info.json", "_offsets", "train-000000.tar", "train-000001.tar", "train-000002.tar"]
     assert not [n for n in on_disk if n.startswith(".")]  # no temporary object left
     ds = ss.Dataset(
         ftp_server.url("train/train-{000000..000002}.tar"), storage_options=options, shuffle_shards=False

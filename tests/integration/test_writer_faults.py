@@ -105,4 +105,5 @@ def test_a_killed_s3_writer_publishes_no_partial_object(s3_server: SeaweedS3) ->
     if proc.stderr is not None:
         proc.stderr.close()
     written = [f"e/shard-00000{k}.tar" for k in range(3)]
-    assert [k for k in keys() if k.startswith("e/")] == ["e/_info.json", *written]
+    sidecars = [f"e/_offsets/shard-00000{k}.tar.bin" for k in range(3)]
+    assert [k for k in keys() if k.startswith("e/")] == ["e/_info.json", *sidecars, *written]

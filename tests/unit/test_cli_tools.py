@@ -11,6 +11,7 @@ import pytest
 from shardstream.cli import main
 from shardstream.sources.file import FileSource
 from shardstream.tar.index import read_index_entries
+from shardstream.tar.offsets import decode_sidecar, encode_sidecar, sidecar_url
 from shardstream.tar.samples import TarFormat
 from shardstream.tar.sharded_writer import ShardWriter
 from shardstream.tar.writer import TarWriter
@@ -174,14 +175,22 @@ def test_verify_index_out_of_date(dataset: Path, capsys: pytest.CaptureFixture[s
     info = dataset / "_info.json"
     data = json.loads(info.read_text())
     data["shards"][0]["samples"] = 11
-    data["shards"][1]["offsets"][3] += 512
     data["shards"].append({"url": "d-000009.tar", "samples": 5, "bytes": 100})
-    info.write_text(json.dumps(data))
+    info.write_text(json.dumps(data))  # (another tool's layout: read in full, counts table unused)
+    sidecar = Path(sidecar_url(str(dataset), "d-000001.tar"))
+    offsets, sizes = decode_sidecar(str(sidecar), sidecar.read_bytes())
+    assert sizes is not None
+    offsets[3] += 512
+    sizes[2] += 512
+    sizes[3] -= 512
+    sidecar.write_bytes(encode_sidecar(offsets.tolist(), sizes.tolist()))
+    Path(sidecar_url(str(dataset), "d-000002.tar")).write_bytes(b"SSOFFS01 cut short")
     assert main(["verify", str(dataset)]) == 1
     out = capsys.readouterr().out
     assert f"{info}: index out of date for d-000000.tar: 11 samples listed, 10 in the shard" in out
     assert "index out of date for d-000001.tar: sample 3 listed at byte" in out
     assert "index lists d-000009.tar, which does not exist" in out
+    assert f"{dataset}/_offsets/d-000002.tar.bin: {dataset}/_offsets/d-000002.tar.bin is truncated" in out
     assert main(["verify", str(dataset), "--no-index"]) == 0
 
 
@@ -202,7 +211,7 @@ def test_index_writes_counts_and_the_offsets_resume_uses(
     assert not (dataset / "_info.json").exists()
     assert main(["index", str(dataset / "d-{000000..000002}.tar")]) == 0
     assert capsys.readouterr().out == f"wrote {dataset}/_info.json: 3 shards, 25 samples\n"
-    entries = read_index_entries(str(dataset))
+    entries = read_index_entries(str(dataset), offsets=True)
     assert [(e["url"], e["samples"]) for e in entries] == [
         ("d-000000.tar", 10),
         ("d-000001.tar", 10),
@@ -222,7 +231,7 @@ def test_index_writes_counts_and_the_offsets_resume_uses(
         assert [fmt.sample_at(source, url, o)["__key__"] for o in entry["offsets"]] == keys
     assert main(["index", str(dataset), "--no-offsets", "--json"]) == 0
     assert _json(capsys) == [{"index": f"{dataset}/_info.json", "shards": 3, "samples": 25}]
-    assert "offsets" not in read_index_entries(str(dataset))[0]
+    assert "offsets" not in read_index_entries(str(dataset), offsets=True)[0]
 
 
 def test_index_refuses_a_broken_dataset(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -44,7 +44,7 @@ def _streamed(spec: str) -> list[dict[str, Any]]:
 
 def test_writer_records_offsets_and_sizes_and_every_range_is_its_sample(tmp_path: Path) -> None:
     spec = _write(tmp_path)
-    entries = read_index_entries(str(tmp_path))
+    entries = read_index_entries(str(tmp_path), offsets=True)
     for entry in entries:
         assert len(entry["offsets"]) == len(entry["sizes"]) == entry["samples"] == 40
         assert entry["offsets"][0] == 0
@@ -64,10 +64,10 @@ def test_writer_records_offsets_and_sizes_and_every_range_is_its_sample(tmp_path
 
 def test_index_command_writes_the_writers_offsets_and_sizes(tmp_path: Path) -> None:
     spec = _write(tmp_path)
-    written = {e["url"]: e for e in read_index_entries(str(tmp_path))}
+    written = {e["url"]: e for e in read_index_entries(str(tmp_path), offsets=True)}
     os.remove(tmp_path / "_info.json")
     assert main(["index", spec]) == 0
-    indexed = {e["url"]: e for e in read_index_entries(str(tmp_path))}
+    indexed = {e["url"]: e for e in read_index_entries(str(tmp_path), offsets=True)}
     assert set(indexed) == set(written)
     for name, entry in written.items():
         assert indexed[name]["offsets"] == entry["offsets"]
@@ -89,7 +89,7 @@ def test_compressed_shards_are_refused_with_the_reason(tmp_path: Path) -> None:
     with ss.ShardWriter(str(tmp_path / "z-%06d.tar.gz"), maxcount=10) as sink:
         for i in range(5):
             sink.write(_sample(i))
-    entry = read_index_entries(str(tmp_path))[0]
+    entry = read_index_entries(str(tmp_path), offsets=True)[0]
     assert "offsets" in entry and "sizes" not in entry  # ranges of a gzip stream cannot be read alone
     with pytest.raises(ConfigurationError, match="is compressed; random access reads a sample's byte range"):
         ss.ShardDataset(str(tmp_path / "z-000000.tar.gz"))
@@ -115,7 +115,7 @@ def test_a_stale_index_names_url_key_offset_and_the_fix(tmp_path: Path) -> None:
 
 def test_parse_sample_refuses_ranges_that_are_not_one_sample(tmp_path: Path) -> None:
     _write(tmp_path, n=4, per_shard=4)
-    entry = read_index_entries(str(tmp_path))[0]
+    entry = read_index_entries(str(tmp_path), offsets=True)[0]
     data = (tmp_path / entry["url"]).read_bytes()
     o, s = entry["offsets"], entry["sizes"]
     with pytest.raises(RangeMismatch, match="2\\+ keys") as two:
@@ -183,7 +183,7 @@ def test_pack_writes_offsets_and_sizes(tmp_path: Path) -> None:
         (objects / f"s{i:03d}.cls").write_text(str(i))
     out = tmp_path / "packed"
     pack(str(objects), str(out), shard_size=8 << 10)
-    entries = read_index_entries(str(out))
+    entries = read_index_entries(str(out), offsets=True)
     assert len(entries) > 2 and all(len(e["sizes"]) == e["samples"] for e in entries)
     spec = f"{out}/shard-{{000000..{len(entries) - 1:06d}}}.tar"
     ds = ss.ShardDataset(spec)

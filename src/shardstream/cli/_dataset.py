@@ -111,9 +111,10 @@ def resolve(spec: str | Sequence[str], *, storage_options: Mapping[str, Any] | N
 
 
 def read_indexes(
-    urls: Sequence[str], *, storage_options: Mapping[str, Any] | None = None
+    urls: Sequence[str], *, storage_options: Mapping[str, Any] | None = None, offsets: bool = False
 ) -> dict[str, dict[str, IndexEntry] | None]:
-    """For each directory of ``urls``: its index as ``{basename: entry}``, or ``None`` if it has none.
+    """For each directory of ``urls``: its index as ``{basename: entry}``, or ``None`` if it has none
+    (``offsets``: with each entry's offsets and sizes, read from the sidecars).
 
     Raises:
         ConfigurationError: an index exists but is unreadable.
@@ -124,7 +125,7 @@ def read_indexes(
             result[directory] = None
             continue
         try:
-            entries = read_index_entries(directory, storage_options=storage_options)
+            entries = read_index_entries(directory, storage_options=storage_options, offsets=offsets)
         except ShardNotFoundError:
             result[directory] = None
             continue

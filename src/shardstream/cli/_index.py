@@ -3,8 +3,10 @@
 Every shard is read once (in parallel, with a progress bar) for its sample count, byte size,
 samples per extension and each sample's byte offset and size. One index is written per
 directory (or object prefix) of shards, locally or to S3, in the format ``ShardWriter`` writes
-(:mod:`shardstream.tar.index`, the same keys), so ``split="equal"``, ``len()``, ``ls`` and
-``ShardDataset``'s random access need no counting pass. With ``--wids``, the ``wids`` index
+(:mod:`shardstream.tar.index`: the counts table and entries in ``_info.json``, each shard's
+offsets and sizes in its sidecar under ``_offsets/``; an older index is replaced), so
+``split="equal"``, ``len()``, ``ls`` and ``ShardDataset``'s random access need no counting pass.
+With ``--wids``, the ``wids`` index
 (:mod:`shardstream.tar.wids_index`) of all the shards named is written too. A shard that cannot
 be read completely is reported and nothing is written (exit status 1).
 
@@ -26,8 +28,8 @@ __all__ = ["DESCRIPTION", "add_arguments", "run"]
 
 DESCRIPTION = (
     "Read every shard and write the _info.json index beside them (per shard: samples, bytes, "
-    "samples per extension and per-sample byte offsets), one per directory or S3 prefix. Writes "
-    "nothing, and exits with status 1, if a shard is broken."
+    "samples per extension; per-sample byte offsets in _offsets/), one per directory or S3 prefix. "
+    "Writes nothing, and exits with status 1, if a shard is broken."
 )
 
 

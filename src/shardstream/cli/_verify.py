@@ -135,6 +135,10 @@ def check_index(scans: Sequence[ShardScan], storage_options: dict[str, Any]) -> 
                 )
             )
         offsets = entry.get("offsets")
+        if entry.get("sidecar"):
+            offsets, problem = _sidecar_offsets(directory, name, storage_options)
+            if problem is not None:
+                problems.append(problem)
         if offsets is not None and offsets != scan.offsets:
             i = next(
                 (i for i, (a, b) in enumerate(zip(offsets, scan.offsets, strict=False)) if a != b),
@@ -159,6 +163,21 @@ def check_index(scans: Sequence[ShardScan], storage_options: dict[str, Any]) -> 
             except ShardNotFoundError:
                 problems.append(Problem(index_url(directory), f"index lists {name}, which does not exist"))
     return problems, sum(1 for i in indexes.values() if i is not None)
+
+
+def _sidecar_offsets(
+    directory: str, name: str, storage_options: dict[str, Any]
+) -> tuple[list[int] | None, Problem | None]:
+    """The offsets in shard ``name``'s sidecar, or the problem that keeps them from being read."""
+    from ..errors import IndexFormatError
+    from ..tar.offsets import read_sidecar, sidecar_url
+
+    where = sidecar_url(directory, name)
+    try:
+        offsets, _ = read_sidecar(where, storage_options=storage_options)
+    except IndexFormatError as exc:
+        return None, Problem(where, str(exc))
+    return offsets.tolist(), None
 
 
 def run(args: argparse.Namespace) -> int:

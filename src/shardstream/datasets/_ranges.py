@@ -146,9 +146,10 @@ class RangeReader:
         self.__dict__.update(state)
         self._reset()
 
-    def read(self, requests: Sequence[Request]) -> list[bytes | BaseException]:
+    def read(self, requests: Sequence[Request], *, keep: bool = True) -> list[bytes | BaseException]:
         """The bytes of each ``(url, offset, size)``, in order; fewer than ``size`` when the
-        shard ends first; a request that failed gets its exception (a SourceError naming the URL)."""
+        shard ends first; a request that failed gets its exception (a SourceError naming the URL).
+        ``keep=False``: not kept in the LRU (offsets sidecars, which their index keeps)."""
         if self._pid != os.getpid():  # a forked copy: the parent's session is not its own
             self._reset()
         out: list[bytes | BaseException | None] = [None] * len(requests)
@@ -172,7 +173,8 @@ class RangeReader:
                         continue
                     _, offset, size = requests[i]
                     out[i] = piece = bytes(memoryview(got)[offset - run.start : offset - run.start + size])
-                    self._remember(requests[i], piece)
+                    if keep:
+                        self._remember(requests[i], piece)
         return [b if b is not None else SourceError("range not read") for b in out]
 
     def _fetch_all(self, runs: list[Run]) -> list[bytes | BaseException]:

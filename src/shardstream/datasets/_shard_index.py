@@ -1,27 +1,36 @@
-"""Where every sample of a shard list lies: the global sample numbers, byte offsets and sizes.
+"""Where every sample of a shard list lies: global sample numbers, and byte ranges loaded per shard.
 
-Read from the ``_info.json`` of each directory (``offsets`` and ``sizes``, which every
-shardstream writer records, see :mod:`shardstream.tar.index`); a shard whose entry lacks them is
-read once, in parallel threads, with the streaming reader, and a warning says how to avoid that
-pass next time. Sample ``g`` of the list is sample ``g - starts[s]`` of shard ``s``, shards in
-the order given and samples in shard order. The arrays are compact (``array('q')``: 16 bytes per
-sample), as the index travels to every DataLoader worker.
+Counts come from the ``_info.json`` of each directory; when the shard list is a run of one
+index's shards, only its counts table is read (:class:`~shardstream.tar.index.CountTable`), so a
+million-shard dataset is set up in a fraction of a second. Each shard's per-sample offsets and
+sizes are in its *sidecar* (``_offsets/{shard}.bin``, see :mod:`shardstream.tar.index`), read the
+first time a sample of that shard is asked for: one request per shard touched, the sidecars a
+batch needs fetched together. The loaded ones are kept (least recently used dropped beyond
+:data:`_KEEP_SAMPLES` samples), so a process holds 8 bytes per shard plus what it touched, not
+16 bytes per sample of the dataset. Older indexes with inline ``offsets``/``sizes`` are read as
+they are; a shard without either is read once at construction, in parallel threads, with the
+streaming reader, and a warning says how to avoid that pass next time.
+
+Sample ``g`` of the list is sample ``g - starts[s]`` of shard ``s``, shards in the order given and
+samples in shard order.
 """
 
 from __future__ import annotations
 
-import bisect
+import collections
 import logging
-from array import array
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..errors import ConfigurationError, ShardNotFoundError, redact_url
-from ..forks import GatedExecutor
+import numpy as np
+import numpy.typing as npt
+
+from ..errors import ConfigurationError, IndexFormatError, ShardNotFoundError, redact_url
+from ..forks import ForkSafeLock, GatedExecutor
 from ..sources import Source
 from ..tar.grouping import Cursor, group_samples
-from ..tar.index import IndexEntry, index_url, read_index_entries, sample_sizes
+from ..tar.index import CountTable, IndexEntry, index_url, read_counts, read_index_entries, sample_sizes
+from ..tar.offsets import decode_sidecar, missing_sidecar, sidecar_length, sidecar_url
 from ..tar.reader import iter_members
 from ..tar.writer import END_OF_ARCHIVE
 
@@ -32,51 +41,160 @@ log = logging.getLogger(__name__)
 _COMPRESSED = (".gz", ".tgz", ".bz2", ".xz", ".zst")
 #: Shards read at once when an index has to be built.
 _SCAN_THREADS = 8
+#: Samples whose ranges a process keeps from sidecars (16 bytes each: 64 MiB).
+_KEEP_SAMPLES = 1 << 22
+
+Ranges = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]
+#: Reads ``(url, offset, length)`` requests together; each result is bytes or the exception.
+Fetch = Callable[[list[tuple[str, int, int]]], list[bytes | BaseException]]
 
 
-@dataclass
 class SampleIndex:
-    """Sample numbers, offsets and sizes of a shard list.
+    """Sample numbers of a shard list, and each sample's byte range.
+
+    Args:
+        urls: the shards, in order.
+        counts: samples per shard.
+        lazy: which shards' ranges are in their sidecar, read when first needed.
+        pinned: ``{shard number: (offsets, sizes)}`` of the other shards (inline in an older
+            index, or found by reading the shard).
+        scanned: the shard numbers whose ranges come from reading them.
 
     Attributes:
-        urls: the shards, in order.
         starts: the global number of each shard's first sample, then the total (``len(urls) + 1``).
-        offsets: each sample's byte offset in its shard, by global number.
-        sizes: each sample's bytes from there, by global number.
-        sources: where each shard's offsets came from (its ``_info.json``, or ``None``: a pass).
     """
 
-    urls: list[str]
-    starts: list[int]
-    offsets: array[int]
-    sizes: array[int]
-    sources: list[str | None]
+    def __init__(
+        self,
+        urls: Sequence[str],
+        counts: npt.NDArray[np.int64],
+        lazy: npt.NDArray[np.bool_],
+        pinned: dict[int, Ranges],
+        scanned: set[int],
+    ) -> None:
+        self.urls, self.lazy, self.pinned, self.scanned = urls, lazy, pinned, scanned
+        self.starts = np.zeros(len(urls) + 1, dtype=np.int64)
+        np.cumsum(counts, out=self.starts[1:])
+        self._reset()
+
+    def _reset(self) -> None:
+        self._lock = ForkSafeLock()
+        self._loaded: collections.OrderedDict[int, Ranges] = collections.OrderedDict()
+        self._held = 0
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k not in ("_lock", "_loaded", "_held")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._reset()
 
     def __len__(self) -> int:
-        return self.starts[-1]
+        return int(self.starts[-1])
 
     def locate(self, g: int) -> tuple[int, int]:
         """``(shard number, sample number within the shard)`` of global sample ``g``."""
-        shard = bisect.bisect_right(self.starts, g) - 1
-        return shard, g - self.starts[shard]
+        shard = int(self.starts.searchsorted(g, side="right")) - 1
+        return shard, g - int(self.starts[shard])
 
     def shard_lengths(self) -> list[int]:
         """Samples per shard."""
-        return [b - a for a, b in zip(self.starts, self.starts[1:], strict=False)]
+        return np.diff(self.starts).tolist()  # type: ignore[no-any-return]
+
+    def sidecar(self, shard: int) -> str:
+        """The URL of shard ``shard``'s sidecar."""
+        directory, _, name = self.urls[shard].rpartition("/")
+        return sidecar_url(directory, name)
+
+    def source(self, shard: int) -> str | None:
+        """Where shard ``shard``'s ranges come from: its sidecar, its index, or ``None`` (a pass)."""
+        if self.lazy[shard]:
+            return self.sidecar(shard)
+        return None if shard in self.scanned else index_url(self.urls[shard].rpartition("/")[0])
+
+    def ranges(self, numbers: Sequence[int], fetch: Fetch) -> list[tuple[int, int, int] | BaseException]:
+        """``(shard number, byte offset, size)`` of each global sample number, reading the sidecars
+        of the shards not loaded yet with ``fetch`` (together); in place of a sample whose sidecar
+        could not be read, the exception (an :class:`IndexFormatError` when it is missing or corrupt)."""
+        shards = (
+            np.searchsorted(self.starts, np.asarray(numbers, dtype=np.int64), side="right") - 1
+        ).tolist()
+        tables: dict[int, Ranges] = {}
+        with self._lock:  # what is loaded now (another thread may evict it later: kept here)
+            for s in set(shards):
+                table = self.pinned.get(s)
+                if table is None:
+                    table = self._loaded.get(s)
+                    if table is not None:
+                        self._loaded.move_to_end(s)
+                if table is not None:
+                    tables[s] = table
+        need = sorted({s for s in shards if s not in tables})
+        failed = self._load(need, fetch, tables) if need else {}
+        out: list[tuple[int, int, int] | BaseException] = []
+        for g, s in zip(numbers, shards, strict=True):
+            if s in failed:
+                out.append(failed[s])
+                continue
+            offsets, sizes = tables[s]
+            local = g - int(self.starts[s])
+            out.append((s, int(offsets[local]), int(sizes[local])))
+        return out
+
+    def _load(self, shards: list[int], fetch: Fetch, tables: dict[int, Ranges]) -> dict[int, BaseException]:
+        """Read the sidecars of ``shards`` into ``tables`` (and keep them); the shards that failed,
+        with their error."""
+        counts = [int(self.starts[s + 1] - self.starts[s]) for s in shards]
+        urls = [self.sidecar(s) for s in shards]
+        got = fetch([(u, 0, sidecar_length(n)) for u, n in zip(urls, counts, strict=True)])
+        failed: dict[int, BaseException] = {}
+        for s, url, n, data in zip(shards, urls, counts, got, strict=True):
+            try:
+                if isinstance(data, ShardNotFoundError):
+                    raise missing_sidecar(url) from data
+                if isinstance(data, BaseException):
+                    raise data
+                offsets, sizes = decode_sidecar(url, data, n)
+                if sizes is None:
+                    raise ConfigurationError(_compressed(self.urls[s]))
+            except Exception as exc:  # delivered in the samples' place
+                failed[s] = exc
+                continue
+            tables[s] = (offsets, sizes)
+            with self._lock:
+                if s not in self._loaded:
+                    self._loaded[s] = tables[s]
+                    self._held += n
+                while self._held > _KEEP_SAMPLES and len(self._loaded) > 1:
+                    _, (old, _) = self._loaded.popitem(last=False)
+                    self._held -= len(old)
+        return failed
 
 
 def _directory(url: str) -> str:
     return url.rpartition("/")[0]
 
 
-def _entries(directory: str, storage_options: Mapping[str, Any] | None) -> dict[str, IndexEntry]:
+def _indexed(directory: str, storage_options: Mapping[str, Any] | None) -> dict[str, IndexEntry]:
     try:
         return {e["url"]: e for e in read_index_entries(directory, storage_options=storage_options)}
     except ShardNotFoundError:
         return {}
+    except IndexFormatError:
+        raise
     except ConfigurationError as exc:
         log.warning("ignoring the shard index of %s: %s", redact_url(directory or "."), exc)
         return {}
+
+
+def _table(directory: str, storage_options: Mapping[str, Any] | None) -> CountTable | None:
+    try:
+        counts = read_counts(directory, storage_options=storage_options)
+    except IndexFormatError:
+        raise
+    except (ShardNotFoundError, ConfigurationError):
+        return None  # (said again, and warned about, by the entry-by-entry path)
+    return counts if isinstance(counts, CountTable) else None  # an older index: read entry by entry
 
 
 def _usable(entry: IndexEntry | None) -> bool:
@@ -151,55 +269,67 @@ def _compressed(url: str) -> str:
 def build_index(
     urls: Sequence[str], source: Source, *, storage_options: Mapping[str, Any] | None = None
 ) -> SampleIndex:
-    """The :class:`SampleIndex` of ``urls``: from their ``_info.json`` files, else one pass.
+    """The :class:`SampleIndex` of ``urls``: counts from their ``_info.json`` files, ranges from
+    the sidecars (when needed) or the index itself, else one pass over the shards.
 
     Raises:
         ConfigurationError: a compressed shard; an empty shard list.
+        IndexFormatError: an index is truncated or corrupt.
         SourceError: a shard that had to be read could not be.
     """
     if not urls:
         raise ConfigurationError("ShardDataset needs at least one shard URL")
+    compressed = next((u for u in urls if u.endswith(_COMPRESSED)), None)
+    if compressed is not None:
+        raise ConfigurationError(_compressed(compressed))
+    n = len(urls)
+    table = _table(_directory(urls[0]), storage_options) if "/" in urls[0] else None
+    if table is not None and table.sidecars is not None:
+        j = table.locate(urls)  # a run of one index's shards, all with sidecars: nothing else to read
+        if j is not None and table.sidecars[j : j + n].all():
+            return SampleIndex(urls, table.samples[j : j + n], np.ones(n, dtype=bool), {}, set())
     by_directory: dict[str, dict[str, IndexEntry]] = {}
-    found: list[IndexEntry | None] = []
-    for url in urls:
-        directory = _directory(url)
-        if directory not in by_directory:
-            by_directory[directory] = _entries(directory, storage_options)
-        found.append(by_directory[directory].get(url.rpartition("/")[2]))
-    missing = [i for i, entry in enumerate(found) if not _usable(entry)]
-    scanned: dict[int, tuple[list[int], list[int]]] = {}
-    if missing:
-        first = urls[missing[0]]
-        log.warning(
-            "%d of %d shards have no per-sample offsets and sizes in their _info.json (first: %s); "
-            "reading each of them once to index its samples. Run `shardstream index %s` once to "
-            "write them (ShardWriter, `shardstream pack` and the Ray writer record them as they write)",
-            len(missing),
-            len(urls),
-            redact_url(first),
-            redact_url(_directory(first) or "."),
-        )
-        with GatedExecutor(min(_SCAN_THREADS, len(missing)), "shardstream-index") as pool:
-            for i, result in zip(
-                missing, pool.map(lambda i: scan_offsets(source, urls[i]), missing), strict=True
-            ):
-                scanned[i] = result
-    starts = [0]
-    offsets: array[int] = array("q")
-    sizes: array[int] = array("q")
-    sources: list[str | None] = []
+    counts = np.zeros(n, dtype=np.int64)
+    lazy = np.zeros(n, dtype=bool)
+    pinned: dict[int, Ranges] = {}
+    missing: list[int] = []
     for i, url in enumerate(urls):
-        entry = found[i]
-        if i in scanned:
-            o, s = scanned[i]
-            sources.append(None)
+        directory, _, name = url.rpartition("/")
+        if directory not in by_directory:
+            by_directory[directory] = _indexed(directory, storage_options)
+        entry = by_directory[directory].get(name)
+        if entry is not None and entry.get("sidecar"):
+            counts[i], lazy[i] = entry["samples"], True
+        elif entry is not None and _usable(entry):
+            counts[i] = entry["samples"]
+            pinned[i] = (np.array(entry["offsets"], np.int64), np.array(entry["sizes"], np.int64))
         else:
-            assert entry is not None  # _usable
-            if url.endswith(_COMPRESSED):
-                raise ConfigurationError(_compressed(url))
-            o, s = entry["offsets"], entry["sizes"]
-            sources.append(index_url(_directory(url)))
-        offsets.extend(o)
-        sizes.extend(s)
-        starts.append(starts[-1] + len(o))
-    return SampleIndex(list(urls), starts, offsets, sizes, sources)
+            missing.append(i)
+    if missing:
+        _scan(urls, missing, source, counts, pinned)
+    return SampleIndex(urls, counts, lazy, pinned, set(missing))
+
+
+def _scan(
+    urls: Sequence[str],
+    missing: list[int],
+    source: Source,
+    counts: npt.NDArray[np.int64],
+    pinned: dict[int, Ranges],
+) -> None:
+    first = urls[missing[0]]
+    log.warning(
+        "%d of %d shards have no per-sample offsets and sizes in their _info.json (first: %s); "
+        "reading each of them once to index its samples. Run `shardstream index %s` once to "
+        "write them (ShardWriter, `shardstream pack` and the Ray writer record them as they write)",
+        len(missing),
+        len(urls),
+        redact_url(first),
+        redact_url(_directory(first) or "."),
+    )
+    with GatedExecutor(min(_SCAN_THREADS, len(missing)), "shardstream-index") as pool:
+        for i, (o, s) in zip(
+            missing, pool.map(lambda i: scan_offsets(source, urls[i]), missing), strict=True
+        ):
+            counts[i] = len(o)
+            pinned[i] = (np.array(o, np.int64), np.array(s, np.int64))

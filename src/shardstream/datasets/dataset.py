@@ -177,7 +177,9 @@ class Dataset(DataPipeline, FluidInterface):
         # shards; loaders take a fingerprint with every state_dict()).
         digest = self._shards_digest
         if digest is None:
-            counts = self.planned.counts if self.planned is not None else None
+            # (the counts as a list, so the digest is the one states saved before were checked with)
+            planned = self.planned.counts if self.planned is not None else None
+            counts = planned.tolist() if planned is not None else None
             digest = hashlib.blake2b(repr((self.urls, counts)).encode(), digest_size=8).hexdigest()
             self._shards_digest = digest
         return {

@@ -6,17 +6,20 @@
     loader = DataLoader(ds, batch_size=64, sampler=DistributedSampler(ds), num_workers=8)
 
 Sample ``i`` is sample ``i - starts[s]`` of shard ``s`` (shards in spec order, samples in shard
-order). Its bytes ``[offset, offset + size)`` come from the ``_info.json`` next to the shards,
-which every shardstream writer fills as it writes; shards without them are read once at
-construction (a warning says so; ``shardstream index`` writes them for good). A sample is one
+order). Its bytes ``[offset, offset + size)`` come from the shard's offsets sidecar, listed in the
+``_info.json`` next to the shards, which every shardstream writer fills as it writes: the counts
+table is read at construction, and each shard's sidecar the first time one of its samples is
+asked for (one request per shard touched; :mod:`._shard_index`). Shards without them are read
+once at construction (a warning says so; ``shardstream index`` writes them for good). A sample is one
 ranged request, parsed by the streaming reader's own tar code, so it is the dict the streaming
 path yields (``__key__``, ``__url__``, ``__local_path__`` for local shards, one field of bytes
 per extension). ``__getitems__`` (the DataLoader's batched fetch) reads a batch's ranges
 concurrently, one request per run of neighbouring samples of a shard, and keeps recent ranges in
 an LRU (:mod:`._ranges`). Nothing is downloaded whole.
 
-Processes: the dataset pickles into DataLoader workers (the index, about 16 bytes per sample,
-travels with it); threads and connections are opened in each process on first use, fork or not.
+Processes: the dataset pickles into DataLoader workers (the index, 8 bytes per shard, travels
+with it; each worker reads the sidecars it needs); threads and connections are opened in each
+process on first use, fork or not.
 """
 
 from __future__ import annotations
@@ -133,18 +136,27 @@ class ShardDataset(MapDatasetBase):  # type: ignore[type-arg]
         return self.reader.stats
 
     def locate(self, index: int) -> tuple[str, int, int]:
-        """``(shard URL, byte offset, size)`` of sample ``index``."""
-        g = self._check(index)
-        shard, _ = self.index.locate(g)
-        return self.urls[shard], self.index.offsets[g], self.index.sizes[g]
+        """``(shard URL, byte offset, size)`` of sample ``index`` (reads its shard's sidecar if needed)."""
+        found = self._locate([self._check(index)])[0]
+        if isinstance(found, BaseException):
+            raise found
+        return found
+
+    def _locate(self, numbers: Sequence[int]) -> list[tuple[str, int, int] | BaseException]:
+        ranges = self.index.ranges(numbers, lambda requests: self.reader.read(requests, keep=False))
+        return [r if isinstance(r, BaseException) else (self.urls[r[0]], r[1], r[2]) for r in ranges]
 
     def raw(self, indices: Sequence[int]) -> list[dict[str, Any] | BaseException]:
         """Samples ``indices`` as the streaming reader yields them (no decode, no transform),
         fetched concurrently; a sample that failed gets its exception."""
         numbers = [self._check(i) for i in indices]
-        requests = [self.locate(g) for g in numbers]
-        got = self.reader.read(requests)
-        return [self._parse(g, req, data) for g, req, data in zip(numbers, requests, got, strict=True)]
+        located = self._locate(numbers)
+        requests = [r for r in located if not isinstance(r, BaseException)]
+        got = iter(self.reader.read(requests) if requests else [])
+        return [
+            r if isinstance(r, BaseException) else self._parse(g, r, next(got))
+            for g, r in zip(numbers, located, strict=True)
+        ]
 
     def __getitem__(self, index: int) -> Any:
         return self._finish(index, self.raw([index])[0])
@@ -193,7 +205,7 @@ class ShardDataset(MapDatasetBase):  # type: ignore[type-arg]
     ) -> ConfigurationError:
         url, offset, size = request
         shard, local = self.index.locate(g)
-        where = self.index.sources[shard] or "the indexing pass at construction"
+        where = self.index.source(shard) or "the indexing pass at construction"
         found = f" (found key {keys[0]!r})" if keys else ""
         error = ConfigurationError(
             f"sample {g} (sample {local} of {redact_url(url)}) should be bytes {offset}-{offset + size - 1} "

@@ -8,8 +8,9 @@ Three steps, each a Ray Data operation:
 2. *Plan* (driver): keys and sizes only (about 100 bytes per sample) come to the driver, which
    cuts the key-sorted samples into shards of at most ``shard_size`` (:mod:`._plan`).
 3. *Write* (``groupby("shard").map_groups``): each group is one shard, written in key order
-   by one task straight to its final URL; the driver then writes ``_info.json``, with each
-   sample's offset and size (so ``ShardDataset`` reads the shards at random with no extra pass).
+   by one task straight to its final URL; the driver then writes ``_info.json`` and each
+   shard's offsets sidecar, every sample's offset and size (so ``ShardDataset`` reads the shards
+   at random with no extra pass).
 
 Rejected: Ray's ``write_webdataset`` (bounds shards by rows, names them by UUID and task, writes
 no index); cutting shards per block as blocks arrive (sizes and names would depend on block

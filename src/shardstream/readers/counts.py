@@ -10,6 +10,13 @@ Lookup order for each shard URL:
 4. a counting pass that reads the shard (bytes only, nothing is decoded). Its results are kept in
    the process cache and, when ``cache`` names a location, written there in the same index format
    so the next run (and every other rank) skips the pass.
+
+Scale: every rank and DataLoader worker reads the counts at the start of a run. When the URLs
+are a run of consecutive shards of one index (a brace spec over a directory: the usual case),
+:func:`shard_count_array` reads only the index's counts table and returns a slice of it, with no
+per-URL Python work and no second copy of the names (``CountTable.counts_for``); a million
+shards in 0.11 s and +26 MB, against 1.5 s and +174 MB for the index's entries
+(``benchmarks/results/bench_plan.md``). Other URL lists are looked up one by one.
 """
 
 from __future__ import annotations
@@ -19,13 +26,17 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
-from ..errors import ConfigurationError, ShardNotFoundError
+import numpy as np
+import numpy.typing as npt
+
+from ..errors import ConfigurationError, IndexFormatError, ShardNotFoundError
 from ..forks import GatedExecutor
 from ..sources import SchemeRouter, Source
+from ..tar.index import CountTable
 from ..tar.samples import TarFormat
 from .read_shards import ShardFormat
 
-__all__ = ["CountSource", "count_samples", "shard_counts"]
+__all__ = ["CountSource", "count_samples", "shard_count_array", "shard_counts"]
 
 log = logging.getLogger(__name__)
 
@@ -53,11 +64,13 @@ def count_samples(
     return fmt.count(src, url)
 
 
-def _from_index(location: str, fmt: Any, storage_options: Mapping[str, Any] | None) -> dict[str, int]:
+def _from_index(location: str, fmt: Any, storage_options: Mapping[str, Any] | None) -> Mapping[str, int]:
     try:
         return fmt.read_counts(location, storage_options)  # type: ignore[no-any-return]
     except ShardNotFoundError:
         return {}
+    except IndexFormatError:
+        raise  # truncated or corrupt: counting a million shards instead would hide it for hours
     except ConfigurationError as exc:
         log.warning("ignoring unreadable shard index at %s: %s", location, exc)
         return {}
@@ -85,36 +98,78 @@ def shard_counts(
         source: where shards are opened (default: every scheme with ``storage_options``).
         storage_options / allow_pipe: how shards (without ``source``) and indexes are opened.
         max_threads: shards counted concurrently during a counting pass. Default 4.
+
+    Raises:
+        IndexFormatError: an index is truncated or corrupt (the message names it and the fix).
+        ConfigurationError: a shard has no count and cannot be counted.
     """
+    counts = _counts(urls, index, cache, format, source, storage_options, allow_pipe, max_threads)
+    return counts.tolist() if isinstance(counts, np.ndarray) else counts
+
+
+def shard_count_array(
+    urls: Sequence[str],
+    *,
+    index: CountSource = None,
+    cache: str | None = None,
+    format: ShardFormat | None = None,  # noqa: A002
+    source: Source | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+    allow_pipe: bool = False,
+    max_threads: int = 4,
+) -> npt.NDArray[np.int64]:
+    """:func:`shard_counts` as an ``int64`` array (8 bytes per shard, against about 40 for a list
+    of ints; possibly a read-only view of the index's table). Same arguments."""
+    counts = _counts(urls, index, cache, format, source, storage_options, allow_pipe, max_threads)
+    return counts if isinstance(counts, np.ndarray) else np.array(counts, dtype=np.int64)
+
+
+def _counts(
+    urls: Sequence[str],
+    index: CountSource,
+    cache: str | None,
+    format: ShardFormat | None,  # noqa: A002
+    source: Source | None,
+    storage_options: Mapping[str, Any] | None,
+    allow_pipe: bool,
+    max_threads: int,
+) -> npt.NDArray[np.int64] | list[int]:
     fmt: Any = format if format is not None else TarFormat()
-    src = source if source is not None else SchemeRouter(storage_options, allow_pipe)
     known: Mapping[str, int] = {}
+    read: dict[str, Mapping[str, int]] = {}
     if isinstance(index, Mapping):
         known = index
-    else:
+    elif urls and cache is None and (index is not None or "/" in urls[0]):
+        # The usual case first: one index, the URLs a run of its shards (a slice of its table).
+        location = index if index is not None else urls[0].rpartition("/")[0]
+        table = read[location] = _from_index(location, fmt, storage_options)
+        if isinstance(table, CountTable):
+            aligned = table.counts_for(urls)
+            if aligned is not None:
+                return aligned
+    if not isinstance(index, Mapping):
         # One read per index location (a dataset-level _info.json is read once, whatever the
         # number of shards), and no copy of a lone index's mapping.
         locations = [index] if index is not None else sorted({u.rpartition("/")[0] for u in urls if "/" in u})
         if cache is not None:
             locations.append(cache)
+        for location in locations:
+            if location not in read:
+                read[location] = _from_index(location, fmt, storage_options)
         if len(locations) == 1:
-            known = _from_index(locations[0], fmt, storage_options)
+            known = read[locations[0]]
         else:
             merged: dict[str, int] = {}
             for location in locations:
-                merged.update(_from_index(location, fmt, storage_options))
+                merged.update(read[location])
             known = merged
     counts = _lookup(urls, known)
     missing = sorted({u for u, n in zip(urls, counts, strict=True) if n is None}) if None in counts else []
     if missing:
+        src = source if source is not None else SchemeRouter(storage_options, allow_pipe)
         start = time.perf_counter()
         with GatedExecutor(max_workers=max(1, min(max_threads, len(missing)))) as pool:
-            counted = list(
-                pool.map(
-                    lambda u: fmt.count(src, u),
-                    missing,
-                )
-            )
+            counted = list(pool.map(lambda u: fmt.count(src, u), missing))
         _COUNTED.update(zip(missing, counted, strict=True))
         log.info(
             "counted %d samples in %d shards in %.2fs (no index entry for them); write shards with "
@@ -142,6 +197,8 @@ def shard_counts(
 def _lookup(urls: Sequence[str], known: Mapping[str, int]) -> list[int | None]:
     """Each URL's count: by full URL, else by basename, else from an earlier counting pass
     (``None`` where none has it). One pass, ``O(1)`` per URL."""
+    if isinstance(known, CountTable):  # a dict's lookups are faster than the table's
+        known = dict(zip(known.names.tolist(), known.samples.tolist(), strict=True))
     get = known.get
     # An index keys shards by basename; only a mapping may hold full URLs. (Comprehensions, and
     # no full-URL pass when no key could match one: this runs for a million URLs per dataset.)

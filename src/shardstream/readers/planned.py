@@ -34,7 +34,7 @@ from ..sources import SchemeRouter, Source
 from ..tar.grouping import Cursor
 from ..tar.samples import TarFormat
 from ._reading import ReadingNode, pin_of, pinned
-from .counts import CountSource, shard_counts
+from .counts import CountSource, shard_count_array
 from .read_shards import ShardFormat, open_ahead
 from .runs import UnitsNode, read_span
 
@@ -114,10 +114,10 @@ class PlannedSamples(Stage):
         self.format: ShardFormat = format if format is not None else TarFormat()
         self.source: Source = source if source is not None else SchemeRouter(storage_options)
         self.handler = handler
-        self.counts: list[int] | None = None
-        self._sizes: npt.NDArray[np.int64] | None = None  # the counts as an array, made once
+        # Samples per shard, as an array (8 bytes a shard, possibly a view of the index's table).
+        self.counts: npt.NDArray[np.int64] | None = None
         if mode != "resampled":
-            self.counts = shard_counts(
+            self.counts = shard_count_array(
                 self.urls,
                 index=index,
                 cache=count_cache,
@@ -131,7 +131,7 @@ class PlannedSamples(Stage):
         """Batches every rank yields per epoch (the same for every epoch and ``num_workers``)."""
         if self.counts is None:
             return (self.epoch_size or 0) // self.batch_size
-        return batches_per_rank(sum(self.counts), world_size, self.batch_size, self.mode)
+        return batches_per_rank(int(self.counts.sum()), world_size, self.batch_size, self.mode)
 
     def samples_per_rank(self, world_size: int) -> int:
         return self.batches_per_rank(world_size) * self.batch_size
@@ -144,11 +144,9 @@ class PlannedSamples(Stage):
         ``plan.slot(rank, worker)`` computes one slot's runs (see :mod:`shardstream.shards.plan`)."""
         if self.counts is None:
             raise ConfigurationError("split='resampled' draws shards at random and has no epoch plan")
-        if self._sizes is None or len(self._sizes) != len(self.counts):
-            self._sizes = np.asarray(self.counts, dtype=np.int64)
         return plan_epoch(
             self.urls,
-            self._sizes,
+            self.counts,
             world_size=world.world_size,
             num_workers=world.num_workers,
             epoch=epoch,

@@ -1,6 +1,6 @@
 """One sample from its byte range: the bytes ``[offset, offset + size)`` of a shard, parsed as tar.
 
-Random access reads a sample's range (from ``_info.json``'s ``offsets`` and ``sizes``) and
+Random access reads a sample's range (the ``offsets`` and ``sizes`` of the shard's sidecar) and
 parses it with the streaming reader and the same key grouping, so the sample is the dict the
 streaming path yields (``__key__``, ``__url__``, one field of bytes per extension). A range
 holds no end-of-archive marker, so a zero block is appended before parsing: the reader stops

@@ -19,7 +19,7 @@ from ..errors import ConfigurationError
 from ..sources import Source, local_path_of, scheme_of
 from ..sources.file import local_path
 from .grouping import Cursor, group_samples
-from .index import IndexEntry, read_index, write_index
+from .index import IndexEntry, read_counts, write_index
 from .reader import DEFAULT_BLOCKSIZE, DEFAULT_MAX_MEMBER_SIZE, iter_members
 
 __all__ = ["Cursor", "TarFormat"]
@@ -130,9 +130,11 @@ class TarFormat:
         """Samples in shard ``url`` (reads its bytes; decodes nothing)."""
         return sum(1 for _ in self.samples(source, url))
 
-    def read_counts(self, location: str, storage_options: Mapping[str, Any] | None) -> dict[str, int]:
-        """Counts from the ``_info.json`` index at ``location`` (a directory, prefix or file)."""
-        return read_index(location, storage_options=storage_options)
+    def read_counts(self, location: str, storage_options: Mapping[str, Any] | None) -> Mapping[str, int]:
+        """Counts from the ``_info.json`` index at ``location`` (a directory, prefix or file): a
+        ``{basename: samples}`` mapping (the index's ``CountTable`` when it has one, which also
+        matches a URL list in bulk, see ``CountTable.counts_for``)."""
+        return read_counts(location, storage_options=storage_options)
 
     def write_counts(
         self, location: str, counts: Mapping[str, int], storage_options: Mapping[str, Any] | None

@@ -174,7 +174,7 @@ class TarWriter:
         #: Samples written so far.
         self.count = 0
         #: Where each sample written so far starts, and its bytes (headers and padding
-        #: included), in the uncompressed archive: what ``_info.json`` records for random access.
+        #: included), in the uncompressed archive: what the index records for random access.
         self.offsets: list[int] = []
         self.sizes: list[int] = []
 
