@@ -62,10 +62,11 @@ def populate(server: Any, root: Path) -> None:
         for i in range(SAMPLES):
             sink.write({"__key__": f"s{i:05d}", "bin": _payload(i)})
     client = server.client()
-    files = sorted(local.iterdir())
+    files = sorted(p for p in local.rglob("*") if p.is_file())  # the shards, _info.json, _offsets/
 
     def put_file(path: Path) -> None:
-        client.put_object(Bucket=BUCKET, Key=f"shards/{path.name}", Body=path.read_bytes())
+        key = f"shards/{path.relative_to(local).as_posix()}"
+        client.put_object(Bucket=BUCKET, Key=key, Body=path.read_bytes())
 
     def put_object(i: int) -> None:
         client.put_object(Bucket=BUCKET, Key=f"objects/s{i:05d}.bin", Body=_payload(i))
