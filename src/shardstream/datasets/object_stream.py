@@ -15,7 +15,7 @@ from typing import Any
 
 from ..handlers import Handler, reraise_exception
 from ..objects import DEFAULT_MAX_BYTES, DEFAULT_WINDOW, Manifest, ObjectReader
-from ..pipeline.batch import Batched
+from ..pipeline.batch import items_after
 from ..pipeline.fluent import FluidInterface
 from ..pipeline.pipeline import DataPipeline
 from ..readers.objects import ObjectSamples, open_table
@@ -107,11 +107,20 @@ class ObjectStream(DataPipeline, FluidInterface):
         return {**DataPipeline.fingerprint(self), "objects": digest, "seed": self.seed, "split": stage.split}
 
     def __len__(self) -> int:
-        """Items per rank per epoch, divided by each ``.batched(n)`` composed after the source."""
+        """Items per rank per epoch (with ``split=None`` the largest rank's share), through the
+        stages composed after the source (``.batched(n)``), in one process. Loaders with workers
+        count worker by worker (:meth:`slot_length`)."""
         if self.size is not None:
             return DataPipeline.__len__(self)
         n = self.source_stage.samples_per_rank(self.context(0).world.world_size)
-        for stage in self.pipeline[1:]:
-            if isinstance(stage, Batched):
-                n = -(-n // stage.batchsize) if stage.partial else n // stage.batchsize
-        return n
+        return items_after(self.pipeline[1:], n)
+
+    def slot_length(self, world: World) -> int | None:
+        """Items the ``(rank, worker)`` slot of ``world`` yields per epoch: its share of the
+        listing (:meth:`ObjectSamples.slot_samples`: every n-th sample, or the split's worker
+        quota) through the stages after the source, each batching on its own. ``None`` (the
+        loader falls back to ``len()``) with ``with_epoch``/``repeat``; a ``with_length`` is the
+        rank's (:meth:`DataPipeline.slot_length`). Samples a ``handler`` skips are not foreseen."""
+        if self.size is not None or self.repetitions != 1 or self.nsamples > 0:
+            return DataPipeline.slot_length(self, world)
+        return items_after(self.pipeline[1:], self.source_stage.slot_samples(world))

@@ -419,7 +419,7 @@ class DataPipeline(EpochOwner, IterableDatasetBase):  # type: ignore[type-arg]
         """Items one ``(rank, worker)`` slot of ``world`` yields per epoch (``LoaderDataset``'s).
 
         Here: a declared length (``with_length``) is the whole rank's, so only a rank with one
-        worker knows its slot's; ``None`` otherwise. Planned datasets and mixtures compute it.
+        worker knows its slot's; ``None`` otherwise. Planned datasets, object streams and mixtures compute it.
         """
         if self.size is not None and world.num_workers == 1:
             return self.size

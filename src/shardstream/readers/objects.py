@@ -24,8 +24,8 @@ from ..handlers import Handler, reraise_exception
 from ..objects import Manifest, ObjectReader, SampleTable, load_manifest
 from ..pipeline.base import Node, RunContext, Stage, StateDict
 from ..pipeline.pipeline import close_iterator
-from ..shards.plan import batches_per_rank, plan_epoch
-from ..shards.world import derive_seed
+from ..shards.plan import batches_per_rank, plan_epoch, worker_quotas
+from ..shards.world import World, derive_seed
 from ..telemetry.io import IoCounters
 
 __all__ = ["ObjectSamples", "open_table"]
@@ -81,6 +81,17 @@ class ObjectSamples(Stage):
         if self.split is None:
             return -(-n // world_size)  # the largest rank's share
         return batches_per_rank(n, world_size, self.batch_size, self.split) * self.batch_size
+
+    def slot_samples(self, world: World) -> int:
+        """Samples the ``(rank, worker)`` slot of ``world`` yields per epoch (padding included), the
+        length of :meth:`slot`'s list without drawing the permutation: with ``split=None`` every
+        ``total_workers``-th sample from ``global_worker`` on; with a split, the worker's quota of
+        the plan (whole batches of ``batch_size``, the same every epoch and on every rank)."""
+        n = len(self.reader)
+        if self.split is None:
+            return len(range(world.global_worker, n, world.total_workers))
+        batches = batches_per_rank(n, world.world_size, self.batch_size, self.split)
+        return worker_quotas(batches, world.num_workers, self.batch_size)[world.worker]
 
     def slot(self, ctx: RunContext) -> list[tuple[int, bool]]:
         """``(sample number, is padding)`` of this (rank, worker) in ``ctx``'s epoch, in order."""
