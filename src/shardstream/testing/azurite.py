@@ -19,13 +19,12 @@ import logging
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import IO, Any
 from urllib.parse import quote
 
 from ..sources.azure import DEV_ACCOUNT, DEV_KEY, SharedKey, container_sas
-from .seaweed import LOOPBACK, free_port, stop_process_group
+from .seaweed import LOOPBACK, free_port, stop_process_group, wait_ready
 
 __all__ = ["Azurite", "azurite_binary"]
 
@@ -115,27 +114,21 @@ class Azurite:
         return self
 
     def _wait_ready(self) -> None:
-        deadline = time.monotonic() + self.startup_timeout
-        while True:
-            proc = self.proc
-            if proc is None or proc.poll() is not None:
-                code = None if proc is None else proc.returncode
-                raise RuntimeError(
-                    f"azurite-blob exited with status {code}; see {self.data_dir / 'azurite.log'}"
-                )
+        def probe() -> object:
             try:
                 status, _, _ = self.request("GET", "", query=[("comp", "list")])
-                if status == 200:
-                    return
-                error: object = f"HTTP {status}"
             except OSError as exc:  # not listening yet
-                error = exc
-            if time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"Azurite did not answer within {self.startup_timeout}s: {error}; "
-                    f"see {self.data_dir / 'azurite.log'}"
-                )
-            time.sleep(0.2)
+                return exc
+            return None if status == 200 else f"HTTP {status}"
+
+        wait_ready(
+            lambda: self.proc,
+            probe,
+            name="Azurite (azurite-blob)",
+            log_path=self.data_dir / "azurite.log",
+            timeout=self.startup_timeout,
+            interval=0.2,
+        )
 
     def stop(self, timeout: float = 3.0) -> None:
         """Stop Azurite's process group by PID: SIGTERM, then SIGKILL after ``timeout`` s. Idempotent."""

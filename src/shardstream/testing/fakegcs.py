@@ -20,12 +20,11 @@ import json
 import logging
 import platform
 import subprocess
-import time
 from pathlib import Path
 from typing import IO, Any
 from urllib.parse import quote
 
-from .seaweed import LOOPBACK, free_port, stop_process_group
+from .seaweed import LOOPBACK, free_port, stop_process_group, wait_ready
 
 __all__ = ["FakeGCS", "fake_gcs_binary"]
 
@@ -143,23 +142,21 @@ class FakeGCS:
         return self
 
     def _wait_ready(self) -> None:
-        deadline = time.monotonic() + self.startup_timeout
-        while True:
-            proc = self.proc
-            if proc is None or proc.poll() is not None:
-                code = None if proc is None else proc.returncode
-                raise RuntimeError(
-                    f"fake-gcs-server exited with status {code}; see {self.data_dir / 'fake-gcs.log'}"
-                )
+        def probe() -> object:
             try:
                 status, _ = self._request("GET", "/storage/v1/b")
-                if status == 200:
-                    return
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"fake-gcs-server did not answer within {self.startup_timeout}s")
-            time.sleep(0.05)
+            except OSError as exc:  # not listening yet
+                return exc
+            return None if status == 200 else f"HTTP {status}"
+
+        wait_ready(
+            lambda: self.proc,
+            probe,
+            name="fake-gcs-server",
+            log_path=self.data_dir / "fake-gcs.log",
+            timeout=self.startup_timeout,
+            interval=0.05,
+        )
 
     def stop(self, timeout: float = 3.0) -> None:
         """Stop the server's process group by PID: SIGTERM, then SIGKILL after ``timeout`` s.

@@ -27,10 +27,19 @@ import stat
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["LOOPBACK", "SeaweedS3", "free_port", "free_ports", "stop_process_group", "weed_binary"]
+__all__ = [
+    "LOOPBACK",
+    "SeaweedS3",
+    "free_port",
+    "free_ports",
+    "stop_process_group",
+    "wait_ready",
+    "weed_binary",
+]
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +63,33 @@ def free_ports(count: int) -> list[int]:
 def free_port() -> int:
     """One free TCP port on loopback."""
     return free_ports(1)[0]
+
+
+def wait_ready(
+    proc: Callable[[], subprocess.Popen[bytes] | None],
+    probe: Callable[[], object],
+    *,
+    name: str,
+    log_path: Path,
+    timeout: float,
+    interval: float,
+) -> None:
+    """Poll a server started by a launcher of this package until ``probe()`` returns ``None``
+    (ready; else what is still wrong), every ``interval`` s. Raises RuntimeError naming ``name``
+    and its log when the process (``proc()``, the launcher's current one) exits, or when
+    ``timeout`` s pass without a ready answer."""
+    deadline = time.monotonic() + timeout
+    while True:
+        running = proc()
+        if running is None or running.poll() is not None:
+            code = None if running is None else running.returncode
+            raise RuntimeError(f"{name} exited with status {code}; see {log_path}")
+        error = probe()
+        if error is None:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{name} did not answer within {timeout}s: {error}; see {log_path}")
+        time.sleep(interval)
 
 
 def stop_process_group(proc: subprocess.Popen[bytes], timeout: float = 3.0) -> None:
@@ -232,23 +268,23 @@ class SeaweedS3:
         return Path(tempfile.mkdtemp(prefix="shardstream-weed-"))
 
     def _wait_ready(self) -> None:
-        deadline = time.monotonic() + self.startup_timeout
         client = self.client()
-        while True:
-            proc = self.proc
-            if proc is None or proc.poll() is not None:
-                code = None if proc is None else proc.returncode
-                raise RuntimeError(f"weed exited with status {code}; see {self.data_dir / 'weed.log'}")
+
+        def probe() -> object:
             try:
                 client.list_buckets()
-                return
             except Exception as exc:  # not up yet: connection refused, 5xx while the filer starts
-                if time.monotonic() > deadline:
-                    raise RuntimeError(
-                        f"SeaweedFS S3 did not answer within {self.startup_timeout}s: {exc}; "
-                        f"see {self.data_dir / 'weed.log'}"
-                    ) from exc
-                time.sleep(0.5)
+                return exc
+            return None
+
+        wait_ready(
+            lambda: self.proc,
+            probe,
+            name="SeaweedFS S3",
+            log_path=self.data_dir / "weed.log",
+            timeout=self.startup_timeout,
+            interval=0.5,
+        )
 
     def stop(self, timeout: float = 3.0) -> None:
         """Stop the server's process group by PID: SIGTERM, then SIGKILL after ``timeout`` s.
