@@ -21,7 +21,7 @@ from typing import Protocol, TypeVar
 from xml.sax.saxutils import escape
 
 from ..errors import redact_url
-from .base import PublishingWriter
+from .base import PartedWriter
 
 __all__ = ["AzureWriter", "BlockTarget"]
 
@@ -56,7 +56,7 @@ class BlockTarget(Protocol):
         ...
 
 
-class AzureWriter(PublishingWriter):
+class AzureWriter(PartedWriter):
     """A write-only stream that uploads ``url`` as a block blob, visible on ``close()`` only.
 
     At most one block is held in memory.
@@ -78,9 +78,6 @@ class AzureWriter(PublishingWriter):
     def __repr__(self) -> str:
         return f"AzureWriter({redact_url(self.url)!r}, blocks={len(self._blocks)})"
 
-    def writable(self) -> bool:
-        return True
-
     def _put(self, query: Sequence[tuple[str, str]], body: bytes, headers: Mapping[str, str]) -> None:
         source = self._source
         source.retrying(
@@ -93,44 +90,25 @@ class AzureWriter(PublishingWriter):
         self._put([("comp", "block"), ("blockid", block)], data, {})
         self._blocks.append(block)
 
-    def write(self, data: _Bytes) -> int:  # type: ignore[override]
-        if self.closed:
-            raise ValueError(f"write to a closed stream ({redact_url(self.url)})")
-        view = memoryview(data).cast("B")
-        self._buffer += view
-        self.size += len(view)
-        block = self._source.block_size
-        if len(self._buffer) >= block:
-            try:
-                while len(self._buffer) >= block:
-                    with memoryview(self._buffer) as whole:
-                        chunk = bytes(whole[:block])  # no export left to block the del below
-                    self._put_block(chunk)
-                    del self._buffer[:block]
-            except BaseException:
-                self.abort()
-                raise
-        return len(view)
+    def _part_size(self) -> int:
+        return self._source.block_size
 
-    def close(self) -> None:
+    def _send_part(self, size: int) -> None:
+        with memoryview(self._buffer) as whole:
+            chunk = bytes(whole[:size])  # no export left to block the del below
+        self._put_block(chunk)
+        del self._buffer[:size]
+
+    def _finish(self) -> None:
         """Upload what is buffered and commit the blocks; the blob is visible afterwards."""
-        if self.closed:
+        if not self._blocks:
+            self._put([], bytes(self._buffer), {"x-ms-blob-type": "BlockBlob"})
             return
-        try:
-            if not self._blocks:
-                self._put([], bytes(self._buffer), {"x-ms-blob-type": "BlockBlob"})
-            else:
-                if self._buffer:
-                    self._put_block(bytes(self._buffer))
-                listing = "".join(f"<Latest>{escape(b)}</Latest>" for b in self._blocks)
-                body = f'<?xml version="1.0" encoding="utf-8"?><BlockList>{listing}</BlockList>'
-                self._put([("comp", "blocklist")], body.encode(), {"Content-Type": "application/xml"})
-        except BaseException:
-            self.abort()
-            raise
-        finally:
-            self._buffer = bytearray()
-            super().close()
+        if self._buffer:
+            self._put_block(bytes(self._buffer))
+        listing = "".join(f"<Latest>{escape(b)}</Latest>" for b in self._blocks)
+        body = f'<?xml version="1.0" encoding="utf-8"?><BlockList>{listing}</BlockList>'
+        self._put([("comp", "blocklist")], body.encode(), {"Content-Type": "application/xml"})
 
     def abort(self) -> None:
         """Discard everything written: nothing is committed (uploaded blocks stay uncommitted
@@ -138,4 +116,4 @@ class AzureWriter(PublishingWriter):
         self._buffer = bytearray()
         self._blocks = []
         if not self.closed:
-            super().close()
+            self._close_unpublished()

@@ -32,7 +32,7 @@ from ..net.pool import PooledBody
 from ._gcs_errors import error_detail
 from ._retry import RetryPolicy
 from ._status import TRANSIENT_STATUSES
-from .base import PublishingWriter
+from .base import PartedWriter
 
 __all__ = ["GCSWriter", "UploadTarget"]
 
@@ -84,7 +84,7 @@ def _committed(range_value: str | None) -> int:
     return int(last) + 1
 
 
-class GCSWriter(PublishingWriter):
+class GCSWriter(PartedWriter):
     """A write-only stream that uploads to GCS in chunks of ``source.chunk_size`` bytes.
 
     At most one chunk (plus what the server has not acknowledged) is held in memory. Leaving a
@@ -103,40 +103,18 @@ class GCSWriter(PublishingWriter):
         self.size = 0
         self.queries = 0  # status queries after faults, for tests and stats
 
-    def writable(self) -> bool:
-        return True
+    def _part_size(self) -> int:
+        return self._source.chunk_size
 
-    def write(self, data: _Bytes) -> int:  # type: ignore[override]
-        if self.closed:
-            raise ValueError(f"write to a closed stream ({redact_url(self.url)})")
-        view = memoryview(data).cast("B")
-        self._buffer += view
-        self.size += len(view)
-        chunk = self._source.chunk_size
-        if len(self._buffer) >= chunk:
-            try:
-                while len(self._buffer) >= chunk:
-                    self._send(chunk, final=False)
-            except BaseException:
-                self.abort()
-                raise
-        return len(view)
+    def _send_part(self, size: int) -> None:
+        self._send(size, final=False)
 
-    def close(self) -> None:
+    def _finish(self) -> None:
         """Send what is buffered and finish the upload; the object is visible afterwards."""
-        if self.closed:
-            return
-        try:
-            if self._session is None:
-                self._simple_upload()
-            else:
-                self._send(len(self._buffer), final=True)
-        except BaseException:
-            self.abort()
-            raise
-        finally:
-            self._buffer = bytearray()
-            super().close()
+        if self._session is None:
+            self._simple_upload()
+        else:
+            self._send(len(self._buffer), final=True)
 
     def abort(self) -> None:
         """Cancel the upload session; nothing becomes visible."""
@@ -148,7 +126,7 @@ class GCSWriter(PublishingWriter):
             except Exception:
                 pass
         if not self.closed:
-            super().close()
+            self._close_unpublished()
 
     # -- requests ---------------------------------------------------------------------------------
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from ..errors import SourceError, redact_url
-from .base import PublishingWriter
+from ..errors import SourceError
+from .base import PartedWriter
 
 __all__ = ["S3Writer", "UploadTarget"]
 
@@ -34,7 +34,7 @@ class UploadTarget(Protocol):
         ...
 
 
-class S3Writer(PublishingWriter):
+class S3Writer(PartedWriter):
     """A write-only stream that uploads to S3 in parts of ``source.part_size`` bytes.
 
     At most one part is held in memory. An object smaller than one part is sent with a single
@@ -53,9 +53,6 @@ class S3Writer(PublishingWriter):
         self._parts: list[dict[str, Any]] = []
         self.size = 0
 
-    def writable(self) -> bool:
-        return True
-
     def _call(self, name: str, **kwargs: Any) -> Any:
         try:
             return getattr(self._source.client, name)(Bucket=self._bucket, Key=self._key, **kwargs)
@@ -69,44 +66,25 @@ class S3Writer(PublishingWriter):
         result = self._call("upload_part", UploadId=self._upload_id, PartNumber=number, Body=bytes(data))
         self._parts.append({"PartNumber": number, "ETag": result["ETag"]})
 
-    def write(self, data: _Bytes) -> int:  # type: ignore[override]
-        if self.closed:
-            raise ValueError(f"write to a closed stream ({redact_url(self.url)})")
-        view = memoryview(data).cast("B")
-        self._buffer += view
-        self.size += len(view)
-        part = self._source.part_size
-        if len(self._buffer) >= part:
-            try:
-                while len(self._buffer) >= part:
-                    self._upload_part(memoryview(self._buffer)[:part])
-                    del self._buffer[:part]
-            except BaseException:
-                self.abort()
-                raise
-        return len(view)
+    def _part_size(self) -> int:
+        return self._source.part_size
 
-    def close(self) -> None:
+    def _send_part(self, size: int) -> None:
+        self._upload_part(memoryview(self._buffer)[:size])
+        del self._buffer[:size]
+
+    def _finish(self) -> None:
         """Upload what is buffered and complete the upload; the object is visible afterwards."""
-        if self.closed:
+        if self._upload_id is None:
+            self._call("put_object", Body=bytes(self._buffer))
             return
-        try:
-            if self._upload_id is None:
-                self._call("put_object", Body=bytes(self._buffer))
-            else:
-                if self._buffer:
-                    self._upload_part(self._buffer)
-                self._call(
-                    "complete_multipart_upload",
-                    UploadId=self._upload_id,
-                    MultipartUpload={"Parts": self._parts},
-                )
-        except BaseException:
-            self.abort()
-            raise
-        finally:
-            self._buffer = bytearray()
-            super().close()
+        if self._buffer:
+            self._upload_part(self._buffer)
+        self._call(
+            "complete_multipart_upload",
+            UploadId=self._upload_id,
+            MultipartUpload={"Parts": self._parts},
+        )
 
     def abort(self) -> None:
         """Discard everything written; nothing becomes visible."""
@@ -120,4 +98,4 @@ class S3Writer(PublishingWriter):
             except Exception:  # best effort: a lifecycle rule cleans up what remains
                 pass
         if not self.closed:
-            super().close()
+            self._close_unpublished()

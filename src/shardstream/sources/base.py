@@ -31,7 +31,7 @@ import functools
 import io
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, BinaryIO, ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, BinaryIO, ClassVar, Protocol, runtime_checkable
 
 from ..errors import ConfigurationError, redact_url
 from .many import ManyGets, ThreadedGets
@@ -255,6 +255,66 @@ class PublishingWriter(io.RawIOBase):
     def __del__(self) -> None:
         if not self.closed:
             self.abort()
+
+
+class PartedWriter(PublishingWriter):
+    """A :class:`PublishingWriter` that buffers what is written and uploads it in parts as they
+    fill (S3 multipart parts, GCS resumable chunks, Azure blocks); ``close()`` uploads the rest
+    and publishes. A subclass sets ``url``, ``size = 0`` and ``_buffer = bytearray()``, and gives
+    :meth:`_part_size`, :meth:`_send_part` and :meth:`_finish`; a failure in any of them aborts
+    before it propagates, so nothing half-written is ever published."""
+
+    url: str
+    size: int  # bytes written so far
+    _buffer: bytearray  # bytes written and not yet uploaded
+
+    def writable(self) -> bool:
+        return True
+
+    def _part_size(self) -> int:
+        """Bytes per part (read at every write: the source's current setting)."""
+        raise NotImplementedError
+
+    def _send_part(self, size: int) -> None:
+        """Upload the first ``size`` bytes of ``_buffer`` as a part and take them off it."""
+        raise NotImplementedError
+
+    def _finish(self) -> None:
+        """Upload what ``_buffer`` holds and publish the object."""
+        raise NotImplementedError
+
+    def write(self, data: Any) -> int:
+        if self.closed:
+            raise ValueError(f"write to a closed stream ({redact_url(self.url)})")
+        view = memoryview(data).cast("B")
+        self._buffer += view
+        self.size += len(view)
+        part = self._part_size()
+        if len(self._buffer) >= part:
+            try:
+                while len(self._buffer) >= part:
+                    self._send_part(part)
+            except BaseException:
+                self.abort()
+                raise
+        return len(view)
+
+    def close(self) -> None:
+        """Upload what is buffered and publish; the object is visible afterwards."""
+        if self.closed:
+            return
+        try:
+            self._finish()
+        except BaseException:
+            self.abort()
+            raise
+        finally:
+            self._buffer = bytearray()
+            super().close()
+
+    def _close_unpublished(self) -> None:
+        """Mark the stream closed without publishing (for :meth:`abort`: ``close()`` publishes)."""
+        super().close()
 
 
 def check_range(url: str, offset: int, length: int | None) -> int | None:
