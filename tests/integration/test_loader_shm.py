@@ -152,3 +152,36 @@ def test_shm_false_takes_torch_s_way(urls: list[str]) -> None:
     with ss.Loader(_pipeline(urls), batch_size=8, num_workers=1, shm=False) as loader:
         assert loader._ring is None
         assert sorted(sum((_check(b) for b in loader), [])) == list(range(sum(COUNTS)))
+
+
+def _small_columns(batch: list[Any]) -> Any:
+    """A custom collate: a column of labels, one of 8-byte arrays, a large stacked tensor, and
+    a bfloat16 tensor (no numpy dtype)."""
+    cls = torch.tensor([int(c) for _, c in batch])
+    small = torch.from_numpy(np.stack([np.full(8, c % 251, np.uint8) for _, c in batch]))
+    large = torch.stack([torch.from_numpy(np.ascontiguousarray(im)) for im, _ in batch]).float()  # 147 KB
+    return large, cls, small, cls.to(torch.bfloat16)
+
+
+def test_tensors_outside_the_buffers_never_take_a_descriptor_each(urls: list[str]) -> None:
+    """Numbers and small arrays (under the shared-memory threshold) are collated outside the
+    buffers; torch's queue would send each through a fresh segment and a file descriptor over a
+    new socket (0.5 ms a tensor). They cross inside the batch's pickle instead, a custom
+    collate's large tensor is copied into a buffer; only a dtype numpy lacks goes torch's way."""
+    ds = ss.Dataset(urls, seed=1).decode().to_tuple("npy", "cls")
+    with ss.Loader(ds, batch_size=8, num_workers=2) as loader:  # the default collate
+        got = sorted(sum((_check(b) for b in loader), []))
+        shared = loader.stats()["shared_buffers"]
+    assert got == list(range(sum(COUNTS)))
+    batches = -(-COUNTS[0] // 8) + -(-COUNTS[1] // 8) + -(-COUNTS[2] // 8) + -(-COUNTS[3] // 8)
+    assert shared == {"batches": batches, "inline": batches, "fresh": 0}  # the labels came inline
+
+    with ss.Loader(ds, batch_size=8, num_workers=2, collate_fn=_small_columns) as loader:
+        seen = []
+        for large, cls, small, half in loader:
+            seen += _check((large, cls))
+            assert (small.numpy() == (cls.numpy() % 251)[:, None]).all()
+            assert half.dtype == torch.bfloat16 and (half.float() == cls.float()).all()
+        shared = loader.stats()["shared_buffers"]
+    assert sorted(seen) == list(range(sum(COUNTS)))
+    assert shared == {"batches": batches, "inline": 2 * batches, "fresh": batches}  # fresh: bfloat16

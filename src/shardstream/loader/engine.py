@@ -229,15 +229,23 @@ class Loader:
     # -- telemetry -------------------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
         """What this loader did, as plain data. Process mode: ``WebLoader.stats()`` (with
-        ``telemetry=True``), plus ``shared_buffers`` (batches that came through the reused
-        buffers). Thread mode: the pipeline's report in this process (``DataPipeline.stats()``),
+        ``telemetry=True``), plus ``shared_buffers``: ``batches`` that came through the reused
+        buffers, small tensors sent ``inline`` in a batch's pickle, and ``fresh`` tensors that
+        came torch's way (a new segment each: the buffers were all held, or a dtype numpy
+        lacks). Thread mode: the
+        pipeline's report in this process (``DataPipeline.stats()``),
         with ``threads``: each per-sample stage's share of time blocked (waiting for the GIL)
         while it ran on the threads, and ``threads_verdict``: whether threads run the stages in
         parallel or a stage holds the GIL (Python code) and worker processes would help."""
         if self._workers is not None:
             report = dict(self._workers.stats())
             if self._ring is not None:
-                report["shared_buffers"] = {"batches": self._ring.batches}
+                ring = self._ring
+                report["shared_buffers"] = {
+                    "batches": ring.batches,
+                    "inline": ring.inline,
+                    "fresh": ring.fresh,
+                }
             return report
         report = dict(self.dataset.stats())
         report["num_threads"] = self.num_threads
