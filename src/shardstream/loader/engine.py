@@ -232,8 +232,7 @@ class Loader:
         ``telemetry=True``), plus ``shared_buffers``: ``batches`` that came through the reused
         buffers, small tensors sent ``inline`` in a batch's pickle, and ``fresh`` tensors that
         came torch's way (a new segment each: the buffers were all held, or a dtype numpy
-        lacks). Thread mode: the
-        pipeline's report in this process (``DataPipeline.stats()``),
+        lacks). Thread mode: the pipeline's report in this process (``DataPipeline.stats()``),
         with ``threads``: each per-sample stage's share of time blocked (waiting for the GIL)
         while it ran on the threads, and ``threads_verdict``: whether threads run the stages in
         parallel or a stage holds the GIL (Python code) and worker processes would help."""
