@@ -142,3 +142,13 @@ def test_over_s3_with_workers(samples40: Prefix) -> None:
         assert len(loader) == count(loader)[0] == 9
     with ss.Loader(make(), batch_size=6, num_workers=2, drop_last=True) as engine:
         assert len(engine) == count(engine)[0] == 6  # 20 and 20: 3 full batches each
+
+
+def test_len_of_each_rank_with_split_none(tmp_path: Path) -> None:
+    """split=None: rank r reads every world_size-th object from r on, so 11 objects over 2 ranks
+    are 6 and 5, and len() says so on each (it used to give every rank the largest share)."""
+    url = write_objects(tmp_path / "objects", 11)
+    for rank, expected in enumerate((6, 5)):
+        ds = stream(url, None, 1, world=World(rank=rank, world_size=2))
+        assert len(ds) == expected == sum(1 for _ in ds), rank
+        assert len(stream(url, None, 1, world=World(rank=rank, world_size=2)).batched(4)) == -(-expected // 4)

@@ -107,13 +107,14 @@ class ObjectStream(DataPipeline, FluidInterface):
         return {**DataPipeline.fingerprint(self), "objects": digest, "seed": self.seed, "split": stage.split}
 
     def __len__(self) -> int:
-        """Items per rank per epoch (with ``split=None`` the largest rank's share), through the
-        stages composed after the source (``.batched(n)``), in one process. Loaders with workers
-        count worker by worker (:meth:`slot_length`)."""
+        """Items this rank reads per epoch in one process (with ``split=None``, every
+        ``world_size``-th object from its rank on, so ranks may differ by one), through the
+        stages composed after the source (``.batched(n)``). Loaders with workers count worker by
+        worker (:meth:`slot_length`)."""
         if self.size is not None:
             return DataPipeline.__len__(self)
-        n = self.source_stage.samples_per_rank(self.context(0).world.world_size)
-        return items_after(self.pipeline[1:], n)
+        rank = self.context(0).world.with_worker(0, 1)
+        return items_after(self.pipeline[1:], self.source_stage.slot_samples(rank))
 
     def slot_length(self, world: World) -> int | None:
         """Items the ``(rank, worker)`` slot of ``world`` yields per epoch: its share of the

@@ -76,12 +76,6 @@ class ObjectSamples(Stage):
         self.reader, self.split, self.batch_size = reader, split, batch_size
         self.shuffle, self.seed, self.handler = shuffle, seed, handler
 
-    def samples_per_rank(self, world_size: int) -> int:
-        n = len(self.reader)
-        if self.split is None:
-            return -(-n // world_size)  # the largest rank's share
-        return batches_per_rank(n, world_size, self.batch_size, self.split) * self.batch_size
-
     def slot_samples(self, world: World) -> int:
         """Samples the ``(rank, worker)`` slot of ``world`` yields per epoch (padding included), the
         length of :meth:`slot`'s list without drawing the permutation: with ``split=None`` every
