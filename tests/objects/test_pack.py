@@ -74,3 +74,49 @@ def test_ray_engine_missing_says_what_to_install(
     monkeypatch.setitem(sys.modules, "shardstream.ray", None)  # as if not installed
     assert main(["pack", str(tmp_path), str(tmp_path / "out"), "--engine", "ray"]) == 2
     assert "pip install 'shardstream[ray]'" in capsys.readouterr().err
+
+
+def test_the_index_is_written_in_groups_and_kept_when_pack_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """40 local samples of 1 KB in shards of ~2 samples: the index is rewritten once per group of
+    4 finished shards (not once per shard), and when an object is missing part-way, pack fails
+    naming it while every shard finished before it is in the index, so a run started again
+    writes only the rest."""
+    from shardstream.cli import _pack
+    from shardstream.tar import index as tar_index
+
+    src = tmp_path / "objects"
+    src.mkdir()
+    lines = []
+    for i in range(40):
+        key = f"s{i:03d}.txt"
+        if i != 29:  # listed in the manifest, never written: the fetch fails
+            (src / key).write_bytes(bytes([65 + i % 26]) * 1000)
+        lines.append(json.dumps({"key": key, "size": 1000}))
+    manifest = tmp_path / "keys.jsonl"
+    manifest.write_text("\n".join(lines) + "\n")
+
+    writes: list[int] = []
+    real = tar_index.write_index
+
+    def counted(url: str, entries: object, **kw: object) -> str:
+        entries = list(entries)  # type: ignore[call-overload]
+        writes.append(len(entries))
+        return real(url, entries, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(tar_index, "write_index", counted)
+    monkeypatch.setattr(_pack._IndexUpdates, "EVERY", 4)
+    out = tmp_path / "shards"
+    with pytest.raises(Exception, match="s029.txt"):
+        _pack.pack(str(src), str(out), shard_size=3 * 1024, manifest=str(manifest))
+    recorded = [e["url"] for e in read_index_entries(str(out))]
+    # 2 samples a shard: shards 0-13 hold samples 0-27 and were finished; shard 14 (28, 29) failed
+    assert recorded == [f"shard-{k:06d}.tar" for k in range(14)]
+    assert writes == [4, 4, 4, 2], "groups of 4, then the rest when pack failed"
+
+    (src / "s029.txt").write_bytes(bytes([65 + 29 % 26]) * 1000)
+    writes.clear()
+    assert _pack.pack(str(src), str(out), shard_size=3 * 1024, manifest=str(manifest)) == (6, 14, 40)
+    assert writes == [4, 2]
+    assert sum(e["samples"] for e in read_index_entries(str(out))) == 40
