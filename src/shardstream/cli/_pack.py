@@ -24,7 +24,7 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, redact_url
 
 __all__ = ["add_arguments", "add_unpack_arguments", "plan_shards", "run", "run_unpack"]
 
@@ -229,7 +229,12 @@ class _IndexUpdates:
             if not failing:
                 raise
             # pack is already failing: its own error is the one to see; this one is logged
-            log.exception("could not record %d finished shards in the index", len(self.pending))
+            log.exception(
+                "could not record %d finished shards in the index under %s; a run started again "
+                "writes them again",
+                len(self.pending),
+                redact_url(self.dst),
+            )
             return
         self.pending, self.since = [], time.monotonic()
 

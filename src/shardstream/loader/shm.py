@@ -19,8 +19,9 @@ worker keeps a pool of buffers instead, created once and reused:
   and are counted (:attr:`MainRing.fresh`).
 * a tensor that collation did not stack into a buffer (a column of numbers, small arrays, a
   custom collate's tensors) crosses inside the batch's pickle when small (:class:`InlineTensor`,
-  counted in :attr:`MainRing.inline`) or is copied into a buffer, never through torch's
-  per-tensor file descriptor.
+  counted in :attr:`MainRing.inline`) or is copied into a buffer, not through torch's
+  per-tensor file descriptor (only a dtype numpy lacks, or a pool at its budget, still goes
+  torch's way, counted in :attr:`MainRing.fresh`).
 
 A buffer has one owner at a time, written in its flag byte: ``FREE`` (the worker may take it),
 ``WORKER`` (being filled), ``MAIN`` (sent; only the main process moves it back to ``FREE``, after
