@@ -17,6 +17,10 @@ runs once per round in alternating order (``--rounds``), every pass reading the 
 
 Every side decodes with the same function (``--decoder simplejpeg`` or ``pillow``), applied as a
 ``map_dict`` (SPDL: a ``pipe``) on the raw ``jpg`` bytes, so the differences are the engines.
+With simplejpeg, two more rows run ss.Loader (threads, processes) over shardstream's own
+``decode("rgb8", jpeg_backend="simplejpeg")`` stage, the same library: a map's function returns
+its own array, which collation copies into the batch, while the decode stage lets the loader
+decode each JPEG straight into its row of the batch (``decoders/deferred.py``).
 
 **tiny**: 50,000 samples of a ~60-byte JSON label and a 16-byte payload (``--tiny-count``), where
 the cost per sample of the engine dominates; the same two functions on every side (label to an
@@ -308,7 +312,9 @@ def spdl_case(urls: list[str], decode: Callable[[bytes], Any], threads: int) -> 
     return Case(f"SPDL 0.8.0, {threads} threads", make)
 
 
-def image_cases(urls: list[str], decode: Callable[[bytes], Any], threads: int) -> list[Case]:
+def image_cases(
+    urls: list[str], decode: Callable[[bytes], Any], threads: int, decoder: str = "simplejpeg"
+) -> list[Case]:
     import webdataset
     from torch.utils.data import DataLoader
 
@@ -330,6 +336,28 @@ def image_cases(urls: list[str], decode: Callable[[bytes], Any], threads: int) -
             f"ss.Loader, {threads} threads", lambda: ss.Loader(ours(), batch_size=BATCH, num_threads=threads)
         ),
         Case("ss.Loader, 2 processes", lambda: ss.Loader(ours(), batch_size=BATCH, num_workers=2)),
+        *(stage_cases(urls, threads) if decoder == "simplejpeg" else []),
+    ]
+
+
+def stage_cases(urls: list[str], threads: int) -> list[Case]:
+    """ss.Loader with shardstream's own ``decode("rgb8")`` stage (simplejpeg, the same library as
+    the other rows' function): its JPEGs are decoded straight into the batch (no copy)."""
+    import shardstream as ss
+
+    def staged() -> Any:
+        dataset = ss.Dataset(urls, shuffle_shards=False)
+        return dataset.decode("rgb8", jpeg_backend="simplejpeg").to_tuple("jpg", "cls")
+
+    return [
+        Case(
+            f"ss.Loader, {threads} threads, decode stage",
+            lambda: ss.Loader(staged(), batch_size=BATCH, num_threads=threads),
+        ),
+        Case(
+            "ss.Loader, 2 processes, decode stage",
+            lambda: ss.Loader(staged(), batch_size=BATCH, num_workers=2),
+        ),
     ]
 
 
@@ -492,7 +520,7 @@ def table(
 def images_section(args: argparse.Namespace) -> list[str]:
     urls = build_image_dataset(args.data)
     decode = _decoder(args.decoder)
-    cases = image_cases(urls, decode, args.threads)
+    cases = image_cases(urls, decode, args.threads, args.decoder)
     ceilings: list[float] = []
 
     def ceiling_first(r: int) -> None:

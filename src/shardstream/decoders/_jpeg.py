@@ -20,13 +20,13 @@ import logging
 import warnings
 from collections.abc import Callable
 from types import ModuleType
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from ..errors import DecodingError
 
-__all__ = ["BACKENDS", "JpegDecode", "check_pixels", "get_backend"]
+__all__ = ["BACKENDS", "JpegDecode", "JpegInto", "check_pixels", "get_backend", "get_into"]
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,9 @@ JpegDecode = Callable[[bytes, str], "np.ndarray[Any, Any] | None"]
 BACKENDS = ("auto", "pillow", "simplejpeg", "turbojpeg")
 _SOI = b"\xff\xd8"
 _PLAIN_COLORSPACES = frozenset({"YCbCr", "Gray", "RGB"})
+_COLORSPACES = {"l": "GRAY", "rgb": "RGB", "rgba": "RGBA"}
 _cache: dict[str, JpegDecode | None] = {}
+_into: dict[str, JpegInto | None] = {}
 _PILLOW_DEFAULT_MAX_PIXELS = int(1024 * 1024 * 1024 // 4 // 3)  # Image.MAX_IMAGE_PIXELS's default
 
 
@@ -81,17 +83,12 @@ def check_pixels(width: int, height: int, image_module: ModuleType | None = None
         )
 
 
-def _simplejpeg() -> JpegDecode | None:
-    try:
-        import simplejpeg
-    except ImportError:
-        return None
-    colorspaces = {"l": "GRAY", "rgb": "RGB", "rgba": "RGBA"}
-    decode_jpeg = simplejpeg.decode_jpeg
+def _simplejpeg_header(simplejpeg: ModuleType) -> Callable[[bytes], tuple[int, int] | None]:
+    """``(height, width)`` of a JPEG simplejpeg should decode (bomb limit checked), else None."""
     decode_header = simplejpeg.decode_jpeg_header
     image = _pillow_image()
 
-    def decode(data: bytes, mode: str) -> np.ndarray[Any, Any] | None:
+    def header(data: bytes) -> tuple[int, int] | None:
         if data[:2] != _SOI:
             return None
         try:
@@ -104,14 +101,68 @@ def _simplejpeg() -> JpegDecode | None:
         if colorspace not in _PLAIN_COLORSPACES:
             return None
         check_pixels(width, height, image)  # before decode_jpeg allocates the declared size
+        return height, width
+
+    return header
+
+
+def _simplejpeg() -> JpegDecode | None:
+    try:
+        import simplejpeg
+    except ImportError:
+        return None
+    decode_jpeg = simplejpeg.decode_jpeg
+    header = _simplejpeg_header(simplejpeg)
+
+    def decode(data: bytes, mode: str) -> np.ndarray[Any, Any] | None:
+        if header(data) is None:
+            return None
         try:
-            result: np.ndarray[Any, Any] = decode_jpeg(data, colorspace=colorspaces[mode])
+            result: np.ndarray[Any, Any] = decode_jpeg(data, colorspace=_COLORSPACES[mode])
         except ValueError as exc:  # corrupt data, ...
             log.debug("simplejpeg could not decode (%s); falling back to Pillow", exc)
             return None
         return result[:, :, 0] if mode == "l" else result
 
     return decode
+
+
+class JpegInto(NamedTuple):
+    """A fast path that decodes into given memory (simplejpeg's ``buffer=``), in two halves."""
+
+    #: ``(height, width)`` of a JPEG this path decodes (the bomb limit checked), else ``None``.
+    header: Callable[[bytes], tuple[int, int] | None]
+    #: Decodes into ``out`` (C-contiguous uint8, ``(H, W, channels)`` or ``(H, W)`` for "l");
+    #: ``False`` when the data cannot be decoded this way (the caller falls back to Pillow).
+    into: Callable[[bytes, str, np.ndarray[Any, Any]], bool]
+
+
+def _simplejpeg_into() -> JpegInto | None:
+    try:
+        import simplejpeg
+    except ImportError:
+        return None
+    decode_jpeg = simplejpeg.decode_jpeg
+
+    def into(data: bytes, mode: str, out: np.ndarray[Any, Any]) -> bool:
+        try:
+            decode_jpeg(data, colorspace=_COLORSPACES[mode], buffer=out)
+        except ValueError as exc:  # corrupt data, ...
+            log.debug("simplejpeg could not decode (%s); falling back to Pillow", exc)
+            return False
+        return True
+
+    return JpegInto(_simplejpeg_header(simplejpeg), into)
+
+
+def get_into(name: str = "auto") -> JpegInto | None:
+    """The fast path that decodes into given memory for ``jpeg_backend=name``, or ``None``
+    (Pillow and PyTurboJPEG allocate their own output)."""
+    if name not in ("auto", "simplejpeg"):
+        return None
+    if "into" not in _into:
+        _into["into"] = _simplejpeg_into()
+    return _into["into"]
 
 
 def _turbojpeg() -> JpegDecode | None:

@@ -25,6 +25,7 @@ from typing import Any
 
 from ..errors import ConfigurationError, DecodingError, UnsafeOperationError, redact_url
 from .basic import BasicHandlers, basichandlers
+from .deferred import DeferredArray, Defers
 from .image import imagehandler
 
 __all__ = [
@@ -202,6 +203,7 @@ class Decoder:
             getattr(h, "dispatch_extensions", None) for h in self.handlers
         )
         self._plans: dict[str, _Plan] = {}
+        self._defers = False  # some handler returns DeferredArray values (see deferring())
 
     def _plan(self, field: str) -> _Plan:
         plan = self._plans.get(field)
@@ -281,7 +283,9 @@ class Decoder:
                     continue
                 raise self._error(sample, k, None, f"the value is a {type(v).__name__}, not bytes")
             try:
-                result[k] = self.decode1(k, v, sample)
+                value = result[k] = self.decode1(k, v, sample)
+                if self._defers and type(value) is DeferredArray:
+                    value.locate(sample.get("__url__"), sample.get("__key__"), k)
             except (UnsafeOperationError, ImportError) as exc:
                 # Policy and installation problems keep their type: retrying or skipping won't fix them.
                 if isinstance(exc, UnsafeOperationError):
@@ -344,6 +348,18 @@ class Decoder:
         bound._filters = tuple(getattr(h, "dispatch_extensions", None) for h in bound.handlers)
         bound._plans = {}
         return bound
+
+    def deferring(self) -> Decoder:
+        """A copy whose image handlers return JPEGs as :class:`~.deferred.DeferredArray` values,
+        decoded later straight into the batch (``deferred.py``); ``self`` when none can."""
+        handlers = tuple(h.deferring() if isinstance(h, Defers) else h for h in self.handlers)
+        if all(new is old for new, old in zip(handlers, self.handlers, strict=True)):
+            return self
+        deferring = copy.copy(self)
+        deferring.handlers = handlers
+        deferring._plans = {}
+        deferring._defers = True
+        return deferring
 
     def __repr__(self) -> str:
         return f"Decoder({list(self.handlers)!r}, only={self.only}, partial={self.partial})"

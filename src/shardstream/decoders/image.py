@@ -32,6 +32,7 @@ writable and C-contiguous (WebDataset returns read-only arrays for the numpy spe
 
 from __future__ import annotations
 
+import copy
 import functools
 import io
 from collections.abc import Callable
@@ -42,7 +43,8 @@ import numpy as np
 
 from ..errors import ConfigurationError
 from ..optional import require, require_torch
-from ._jpeg import get_backend
+from ._jpeg import JpegInto, get_backend, get_into
+from .deferred import DeferredArray
 
 __all__ = ["IMAGE_EXTENSIONS", "JPEG_EXTENSIONS", "ImageHandler", "ImageSpec", "imagehandler", "imagespecs"]
 
@@ -55,6 +57,9 @@ IMAGE_EXTENSIONS: list[str] = (
 
 #: Extensions whose bytes may take the fast JPEG path.
 JPEG_EXTENSIONS = frozenset({"jpg", "jpeg", "jpe", "jfif"})
+
+_CHANNELS = {"rgb": 3, "rgba": 4}
+_UINT8 = np.dtype(np.uint8)
 
 
 class ImageSpec(NamedTuple):
@@ -124,18 +129,35 @@ class ImageHandler:
         self._torch: ModuleType | None = (
             require_torch(purpose=f"image spec {self.imagespec!r}") if self.spec.atype == "torch" else None
         )
+        self._into: JpegInto | None = None  # set in a copy made by deferring()
+
+    def deferring(self) -> ImageHandler:
+        """This handler, returning JPEGs as :class:`~.deferred.DeferredArray` values that the
+        default collation decodes straight into the batch (``deferred.py``), or ``self`` when it
+        cannot: only uint8 numpy specs (``rgb8``, ``rgba8``, ``l8``) on simplejpeg defer."""
+        if self.spec.atype != "numpy" or self.spec.etype != "uint8":
+            return self
+        into = get_into(self.jpeg_backend)
+        if into is None:
+            return self
+        deferring = copy.copy(self)
+        deferring._into = into
+        return deferring
 
     def __getstate__(self) -> dict[str, Any]:
         # Modules and the JPEG backend's closure do not pickle (DataLoader workers started with
         # spawn receive the handler pickled): drop them and resolve them again on arrival.
         state = dict(self.__dict__)
         state["_fast"] = state["_torch"] = None
+        state["_defer"], state["_into"] = state["_into"] is not None, None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        defer = state.pop("_defer", False)
         self.__dict__.update(state)
         if self.spec.atype != "pil":
             self._fast = get_backend(self.jpeg_backend)
+        self._into = get_into(self.jpeg_backend) if defer else None
 
     def __call__(self, key: str, data: bytes) -> Any:
         extension = key.rpartition(".")[2].lower()
@@ -155,6 +177,11 @@ class ImageHandler:
         if atype == "pil":
             return self._pil_image(data, mode)
         array = None
+        if self._into is not None and extension in JPEG_EXTENSIONS:
+            dims = self._into.header(data)
+            if dims is not None:
+                shape = dims if mode == "l" else (*dims, _CHANNELS[mode])
+                return DeferredArray(shape, _UINT8, functools.partial(self._fill, data, mode))
         if self._fast is not None and extension in JPEG_EXTENSIONS:
             array = self._fast(data, mode)
         if array is None:
@@ -170,6 +197,16 @@ class ImageHandler:
         if array.ndim == 3:
             array = np.ascontiguousarray(array.transpose(2, 0, 1))
         return torch.from_numpy(array)
+
+    def _fill(self, data: bytes, mode: str, out: np.ndarray[Any, Any]) -> None:
+        """A deferred JPEG's decode into ``out``; Pillow when simplejpeg cannot (as eagerly)."""
+        assert self._into is not None
+        if self._into.into(data, mode, out):
+            return
+        array = np.asarray(self._pil_image(data, mode))
+        if array.shape != out.shape:
+            raise ValueError(f"Pillow decoded a {array.shape} image where the JPEG header said {out.shape}")
+        out[...] = array
 
     @staticmethod
     def _pil_image(data: bytes, mode: str) -> Any:

@@ -2,10 +2,17 @@
 
 * ``num_workers=0`` (thread mode): a producer thread reads and batches (``threads.py``); the
   pipeline's per-sample stages run on ``num_threads`` threads, in order. No process starts, no
-  batch crosses a process boundary, and batches are exactly the one-thread ones.
+  batch crosses a process boundary, and batches are exactly the one-thread ones. The default
+  collation makes batches in a few buffers reused once the training loop drops a batch
+  (``buffers.py``).
 * ``num_workers=M``: ``M`` worker processes, each running its share of the epoch as a DataLoader
   worker does (started the fork-safe way of ``_start.py``, persistent by default), each with
   ``num_threads`` threads for its per-sample stages.
+
+With the default collation, a ``decode("rgb8")`` (``rgba8``, ``l8``) followed only by stages that
+move values (to_tuple, rename, shuffle) leaves each JPEG to be decoded straight into its row of
+the batch, in either mode (``decoders/deferred.py``): no copy of the decoded image, no array
+per image.
 
 The state (``state_dict``/``load_state_dict``) has the format of :class:`WebLoader`'s
 (``_state.py``): exact with the same ``num_workers`` and world, elastic otherwise; ``num_threads``
@@ -33,6 +40,7 @@ from ..pipeline.seams import LoaderDataset
 from ..telemetry.report import threads_verdict
 from ._length import batch_count, loader_length
 from ._state import Live, fingerprint, loader_state, restore_plan
+from .buffers import ReusedBuffers
 from .device import PinnedMemory, Pinning, Prefetch, cuda, to_device
 from .shm import MainRing, RingHandOff, RingWorkers, new_token, ring_directory
 from .threads import EpochRun
@@ -149,6 +157,9 @@ class Loader:
         self._ahead: weakref.ref[Prefetch] | None = None  # the running epoch's device copy
         self._workers: Any = None  # process mode: the WebLoader that runs the worker processes
         self._ring: MainRing | None = None  # process mode: the reused batch buffers' main side
+        # Thread mode: batches made in buffers that stay mapped (the queue, the pool's batches,
+        # the one the loop holds, the one it held until the next arrives, the device copy).
+        self._buffers = ReusedBuffers(self.prefetch_factor + 4)
         if num_workers > 0:
             from .loader import WebLoader
             from .processes import WorkerSetup
@@ -170,7 +181,7 @@ class Loader:
                 prefetch_factor=self.prefetch_factor,
                 persistent_workers=persistent_workers,
                 pin_memory=pin_memory and ring is None,  # with buffers: pinned by the main side
-                worker_init_fn=WorkerSetup(num_threads, ring),
+                worker_init_fn=WorkerSetup(num_threads, ring, fills=self._fills()),
             )
         self._owned: list[Any] = []  # what close() (or garbage collection) stops: the thread pool
         weakref.finalize(self, _close_all, self._runs, self._owned)
@@ -201,10 +212,16 @@ class Loader:
             self._threads = Threads(self.num_threads)
             self._owned.append(self._threads)
         dataset.use_threads(self._threads)
+        dataset.fill_batches(self._fills())
         live = self._live = Live(epoch, [0], seen)
         batches = _Batches(self, live)
         self._runs.add(batches)
         return self._to_device(batches)
+
+    def _fills(self) -> bool:
+        """Whether this loader's default collation makes the batches: decode stages may then
+        leave JPEGs to be decoded straight into the batch (``decoders/deferred.py``)."""
+        return self.batch_size is not None and type(self.collate_fn) is _Collate
 
     def set_epoch(self, epoch: int) -> None:
         """Use ``epoch`` for the next ``iter()``."""
@@ -233,7 +250,9 @@ class Loader:
         buffers, small tensors sent ``inline`` in a batch's pickle, and ``fresh`` tensors that
         came torch's way (a new segment each: the buffers were all held, or a dtype numpy
         lacks). Thread mode: the pipeline's report in this process (``DataPipeline.stats()``),
-        with ``threads``: each per-sample stage's share of time blocked (waiting for the GIL)
+        with ``batch_buffers``: batches made in a ``reused`` buffer and those made in ``fresh``
+        memory because the training loop held every buffer, and ``threads``: each per-sample
+        stage's share of time blocked (waiting for the GIL)
         while it ran on the threads, and ``threads_verdict``: whether threads run the stages in
         parallel or a stage holds the GIL (Python code) and worker processes would help."""
         if self._workers is not None:
@@ -248,6 +267,7 @@ class Loader:
             return report
         report = dict(self.dataset.stats())
         report["num_threads"] = self.num_threads
+        report["batch_buffers"] = {"reused": self._buffers.reused, "fresh": self._buffers.fresh}
         report["threads_verdict"] = threads_verdict(report.get("threads", []), self.num_threads)
         return report
 
@@ -388,12 +408,13 @@ class _FromBuffers:
 
 
 def _collate_for(loader: Loader) -> Callable[[Any], Any]:
-    """Thread mode's batch maker: the loader's, pinning its batches when asked (and possible)."""
+    """Thread mode's batch maker: the loader's; the default one makes its batches in the
+    loader's reused buffers (``buffers.py``), or in pinned memory when asked (and possible)."""
     torch = cuda() if loader.pin_memory else None
+    if type(loader.collate_fn) is _Collate:
+        return _Collate(memory=PinnedMemory(torch) if torch is not None else loader._buffers)
     if torch is None:
         return loader.collate_fn
-    if type(loader.collate_fn) is _Collate:
-        return _Collate(memory=PinnedMemory(torch))
     return Pinning(loader.collate_fn)
 
 

@@ -83,11 +83,20 @@ class EpochRun:
                 continue
         return False
 
+    def _make(self, item: Any) -> Any:
+        """The batch made from ``item``: here without a pool, else a future on the pool. While
+        the training loop has batches in hand the making waits behind the reading's chunks
+        (``Threads.submit(later=True)``), so the reader keeps the pool fed; a batch the loop
+        is (or will at once be) waiting for goes first."""
+        if self.threads is None:
+            return self.collate(item)
+        return self.threads.submit(self.collate, item, later=not self.queue.empty())
+
     def _batches(self, it: Iterator[Any]) -> Iterator[Any]:
-        size, collate, threads = self.batch_size, self.collate, self.threads
+        size = self.batch_size
         if size is None:
             for item in it:
-                yield collate(item) if threads is None else threads.submit(collate, item)
+                yield self._make(item)
             return
         while True:
             samples = []
@@ -97,7 +106,7 @@ class EpochRun:
                     break
             if not samples or (len(samples) < size and self.drop_last):
                 return
-            yield collate(samples) if threads is None else threads.submit(collate, samples)
+            yield self._make(samples)
             if len(samples) < size:
                 return
 

@@ -85,6 +85,10 @@ class RunContext:
     telemetry: Recorder | None = field(default=None, compare=False, repr=False)
     #: The pool that runs per-sample stages when a loader asks for threads (``pipeline/parallel.py``).
     threads: Threads | None = field(default=None, compare=False, repr=False)
+    #: The items reach the loader's default collation with no stage in between that reads the
+    #: values: a decode stage may leave images to be decoded straight into the batch
+    #: (:mod:`shardstream.decoders.deferred`). Set per stage by :func:`~.build.build_nodes`.
+    fills: bool = field(default=False, compare=False)
 
     @classmethod
     def detect(cls, epoch: int = 0, seed: int | None = None, world: World | None = None) -> RunContext:
@@ -264,6 +268,9 @@ class Stage:
     kind: ClassVar[str] = "stage"
     #: A short name in telemetry reports (default: the class name).
     label: ClassVar[str] = ""
+    #: True for stages that move, drop or reorder values without reading them (to_tuple, rename,
+    #: shuffle, slice): a decode before them may defer its images to the batch (``fills``).
+    passes_values: ClassVar[bool] = False
 
     def describe(self) -> str:
         """The stage's name in telemetry reports: ``read``, ``decode``, ``map <lambda>``."""

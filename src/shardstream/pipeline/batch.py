@@ -8,6 +8,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from ..decoders.deferred import DeferredArray
 from .base import Node, RunContext, Stage, StateDict
 from .iterable import in_worker
 
@@ -50,27 +51,58 @@ def use_batch_memory(memory: BatchMemory | None) -> None:
     _memory[:] = [memory] if memory is not None else []
 
 
-def _stack_into_shared_tensor(values: list[np.ndarray[Any, Any]]) -> Any:
-    """Stack arrays straight into a shared-memory torch tensor (inside a DataLoader worker).
+def _shared_out(n: int, shape: tuple[int, ...], dtype: np.dtype[Any]) -> Any:
+    """A ``(n, *shape)`` shared-memory torch tensor for a batch made inside a DataLoader worker.
 
     A batch leaving a worker is moved to shared memory by torch's queue, which copies it (and
-    page-faults the new mapping). Stacking directly into shared memory, as torch's own
+    page-faults the new mapping). Making the batch in shared memory directly, as torch's own
     ``default_collate`` does in workers, saves that copy of every batch. The consumer sees the
-    same thing either way: ``default_convert`` would turn the numpy batch into a tensor.
+    same thing either way: ``default_convert`` would turn the numpy batch into a tensor. The
+    loader's reused buffers (:func:`use_batch_memory`) come first.
     """
     import torch
 
-    first = values[0]
     if _memory:
-        out = _memory[0].empty((len(values), *first.shape), first.dtype)
+        out = _memory[0].empty((n, *shape), dtype)
         if out is not None:
-            np.stack(values, out=out.numpy())
             return out
-    dtype = torch.from_numpy(first[:0].reshape(0)).dtype
-    storage = torch.UntypedStorage._new_shared(len(values) * first.nbytes)  # type: ignore[no-untyped-call]
-    out = torch.empty(0, dtype=dtype).set_(storage).view(len(values), *first.shape)
-    np.stack(values, out=out.numpy())
-    return out
+    torch_dtype = torch.from_numpy(np.empty(0, dtype)).dtype
+    nbytes = n * int(np.prod(shape)) * dtype.itemsize
+    storage = torch.UntypedStorage._new_shared(nbytes)  # type: ignore[no-untyped-call]
+    return torch.empty(0, dtype=torch_dtype).set_(storage).view(n, *shape)
+
+
+def _batch_out(
+    n: int, shape: tuple[int, ...], dtype: np.dtype[Any], memory: BatchMemory | None
+) -> tuple[Any, np.ndarray[Any, Any]]:
+    """The batch to write ``n`` rows into, and a numpy view of it: a tensor from ``memory``
+    (pinned), a shared-memory tensor in a DataLoader worker, else a new numpy array."""
+    if memory is not None:
+        out = memory.empty((n, *shape), dtype)
+        if out is not None:
+            return out, out.numpy()
+    elif in_worker():
+        out = _shared_out(n, shape, dtype)
+        return out, out.numpy()
+    array = np.empty((n, *shape), dtype)
+    return array, array
+
+
+def _fill_column(values: list[Any], memory: BatchMemory | None) -> Any:
+    """A column holding :class:`~shardstream.decoders.deferred.DeferredArray` values, as one
+    batch: each is decoded straight into its row (arrays beside them are copied in). ``None``
+    when the values differ in shape or dtype (the caller makes them arrays)."""
+    first = values[0]
+    shape, dtype = tuple(first.shape), np.dtype(first.dtype)
+    if dtype.kind in "biuf" and all(tuple(v.shape) == shape and v.dtype == dtype for v in values):
+        out, rows = _batch_out(len(values), shape, dtype, memory)
+        for value, row in zip(values, rows, strict=True):
+            if type(value) is DeferredArray:
+                value.fill(row)
+            else:
+                row[...] = value
+        return out
+    return None
 
 
 def _combine(
@@ -79,6 +111,14 @@ def _combine(
     first = values[0]
     if combine_scalars and isinstance(first, (numbers.Number, np.generic)) and not isinstance(first, bool):
         return np.array(values)
+    if type(first) is DeferredArray or (
+        isinstance(first, np.ndarray) and any(type(v) is DeferredArray for v in values)
+    ):
+        filled = _fill_column(values, memory) if combine_tensors else None
+        if filled is not None:
+            return filled
+        values = [v.array() if type(v) is DeferredArray else v for v in values]
+        first = values[0]
     if combine_tensors:
         if isinstance(first, np.ndarray):
             if (
@@ -86,13 +126,10 @@ def _combine(
                 and (memory is not None or first.nbytes >= _SHARED_MIN_BYTES)
                 and all(v.shape == first.shape and v.dtype == first.dtype for v in values)
             ):
-                if memory is not None:
-                    out = memory.empty((len(values), *first.shape), first.dtype)
-                    if out is not None:
-                        np.stack(values, out=out.numpy())
-                        return out
-                elif in_worker():
-                    return _stack_into_shared_tensor(values)
+                if memory is not None or in_worker():
+                    out, rows = _batch_out(len(values), first.shape, first.dtype, memory)
+                    np.stack(values, out=rows)
+                    return out
             return np.stack(values)
         if type(first).__module__ == "torch" and type(first).__name__ == "Tensor":
             import torch

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -63,6 +64,19 @@ def build_one(f: Any, upstream: Node | None, ctx: RunContext, state: StateDict |
     raise TypeError(f"{f!r} is not a pipeline stage: stages are callables taking an iterator")
 
 
+def _contexts(stages: Sequence[Any], ctx: RunContext) -> list[RunContext]:
+    """Each stage's context: ``fills`` stays on only for the stages after which every stage
+    passes values through unread (``Stage.passes_values``), so only a decode whose output
+    reaches the loader's collation untouched may defer it (``decoders/deferred.py``)."""
+    if not ctx.fills:
+        return [ctx] * len(stages)
+    first = len(stages)  # the first stage from which every later one passes values
+    while first > 0 and isinstance(stages[first - 1], Stage) and stages[first - 1].passes_values:
+        first -= 1
+    plain = dataclasses.replace(ctx, fills=False)
+    return [ctx if i >= first - 1 else plain for i in range(len(stages))]
+
+
 def build_nodes(
     stages: Sequence[Any], upstream: Node | None, ctx: RunContext, states: list[StateDict] | None
 ) -> list[Node]:
@@ -73,6 +87,7 @@ def build_nodes(
             f"the saved state has {len(states)} stages but this pipeline has {len(stages)}; "
             "restore it into the pipeline it was saved from"
         )
+    contexts = _contexts(stages, ctx)
     nodes: list[Node] = []
     node, i = upstream, 0
     while i < len(stages):
@@ -83,11 +98,11 @@ def build_nodes(
                 j = i + 1
                 while j < len(stages) and isinstance(stages[j], MapStage):
                     j += 1
-                run = build_parallel(stages[i:j], node, ctx, state)
+                run = build_parallel(stages[i:j], node, ctx, state, contexts[i:j])
                 node, f, i = run[-1], stages[j - 1], j
                 nodes.extend(run[:-1])
             else:
-                node = build_one(f, node, ctx, state)
+                node = build_one(f, node, contexts[i], state)
                 i += 1
             if ctx.telemetry is not None:
                 instrument(ctx.telemetry, node, f)

@@ -62,6 +62,7 @@ class ToTuple(MapStage):
 
     kind = "fields"
     label = "to_tuple"
+    passes_values = True
 
     def __init__(
         self,
@@ -114,6 +115,7 @@ class Rename(MapStage):
 
     kind = "fields"
     label = "rename"
+    passes_values = True
 
     def __init__(self, handler: Handler = reraise_exception, keep: bool = True, **kw: str) -> None:
         self.handler = handler
@@ -147,6 +149,8 @@ class _ExtractKeys(MapStage):
     """WebDataset's rule: a field matches a pattern (``"*.jpg"``, ``"cls"``, ``"jpg;png"``) when
     the pattern matches the field name or ``"." + name``; a pattern without a match is an error,
     or left out of the tuple with ``ignore_missing``."""
+
+    passes_values = True
 
     def __init__(self, *patterns: str, duplicate_is_error: bool = True, ignore_missing: bool = False) -> None:
         self.patterns = patterns
@@ -191,6 +195,8 @@ class _RenameKeys(MapStage):
     """WebDataset's rule: each field's basename, lower-cased, is matched against the patterns,
     the last rule first; unmatched fields (``__key__`` included) are dropped unless
     ``keep_unselected``; a second field for one new name is an error or dropped."""
+
+    passes_values = True
 
     def __init__(
         self,

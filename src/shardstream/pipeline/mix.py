@@ -108,11 +108,11 @@ class MixSource(Stage):
         and world (rank from its ``world=`` when given), the mixture's worker and threads."""
         src, epoch = self.sources[i], ctx.epoch + passes * PASS_STRIDE
         if not isinstance(src, DataPipeline):
-            return RunContext(epoch, ctx.world, ctx.seed, threads=ctx.threads)
+            return RunContext(epoch, ctx.world, ctx.seed, threads=ctx.threads, fills=ctx.fills)
         world = ctx.world
         if src.world is not None:
             world = src.world.with_worker(ctx.world.worker, ctx.world.num_workers)
-        return RunContext(epoch, world, src.seed, threads=ctx.threads)
+        return RunContext(epoch, world, src.seed, threads=ctx.threads, fills=ctx.fills)
 
     def source_node(self, i: int, passes: int, ctx: RunContext, state: StateDict | None) -> Node:
         """Source ``i``'s node for pass ``passes`` (a pipeline's nodes as one, from ``state``)."""

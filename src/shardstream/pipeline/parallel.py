@@ -39,11 +39,13 @@ processes would help.
 
 from __future__ import annotations
 
+import itertools
+import queue
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any
 
 from ..optional import mark_loader_thread
@@ -68,20 +70,73 @@ def _run_queue_ns() -> int:
 class Threads:
     """A pool of ``n`` threads that runs the per-sample stages of pipelines (owned by a loader).
 
-    ``close()`` joins every thread; chunks not started are cancelled.
+    Work submitted ``later=True`` (a loader's batches: collation, and with deferred decoding the
+    decode itself, ``decoders/deferred.py``) runs only when no other work waits. The thread that
+    reads the pipeline submits the per-sample stages' chunks and waits for them; behind a queue
+    of 10 ms batches it would leave a pool thread idle until it could submit the next batch.
+
+    ``close()`` joins every thread; work not started is cancelled.
     """
+
+    _NOW, _LATER, _STOP = 0, 1, -1
 
     def __init__(self, n: int, name: str = "shardstream-map") -> None:
         if n < 1:
             raise ValueError(f"num_threads={n} must be at least 1")
         self.n = n
-        self._pool = ThreadPoolExecutor(n, thread_name_prefix=name, initializer=mark_loader_thread)
+        self._queue: queue.PriorityQueue[tuple[int, int, Any]] = queue.PriorityQueue()
+        self._order = itertools.count()  # first in, first out within a priority
+        self._closed = False
+        self._lock = threading.Lock()
+        self._threads = [
+            threading.Thread(target=self._serve, name=f"{name}_{i}", daemon=True) for i in range(n)
+        ]
+        for thread in self._threads:
+            thread.start()
 
-    def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
-        return self._pool.submit(fn, *args)
+    def submit(self, fn: Callable[..., Any], *args: Any, later: bool = False) -> Future[Any]:
+        """Run ``fn(*args)`` on the pool; ``later``: only when no other work waits."""
+        future: Future[Any] = Future()
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the loader's thread pool is closed")
+            self._queue.put((self._LATER if later else self._NOW, next(self._order), (future, fn, args)))
+        return future
+
+    def _serve(self) -> None:
+        mark_loader_thread()
+        while True:
+            _, _, work = self._queue.get()
+            if work is None:
+                return
+            future, fn, args = work
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                result = fn(*args)
+            except BaseException as exn:  # handed to whoever waits on the future
+                future.set_exception(exn)
+            else:
+                future.set_result(result)
+            del work, future, fn, args
 
     def close(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            while True:  # cancel what has not started
+                try:
+                    _, _, work = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if work is not None:
+                    work[0].cancel()
+            for _ in self._threads:
+                self._queue.put((self._STOP, next(self._order), None))
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join()
 
     def __enter__(self) -> Threads:
         return self
@@ -123,12 +178,17 @@ class ParallelMapNode(Node):
     """Consecutive one-to-one stages applied on a :class:`Threads` pool, in order (see the module)."""
 
     def __init__(
-        self, stages: Sequence[MapStage], upstream: Node, ctx: RunContext, state: StateDict | None
+        self,
+        stages: Sequence[MapStage],
+        upstream: Node,
+        ctx: RunContext,
+        state: StateDict | None,
+        contexts: Sequence[RunContext] | None = None,
     ) -> None:
         super().__init__(upstream)
         assert ctx.threads is not None
         self.stages = list(stages)
-        self.fns = [s.function(ctx) for s in stages]
+        self.fns = [s.function(c) for s, c in zip(stages, contexts or [ctx] * len(stages), strict=True)]
         self.drop_none = [s.drop_none for s in stages]
         self.threads = ctx.threads
         self.up_tell = upstream.tell
@@ -290,8 +350,13 @@ class ParallelMapNode(Node):
 
 
 def build_parallel(
-    stages: Sequence[MapStage], upstream: Node, ctx: RunContext, state: StateDict | None
+    stages: Sequence[MapStage],
+    upstream: Node,
+    ctx: RunContext,
+    state: StateDict | None,
+    contexts: Sequence[RunContext] | None = None,
 ) -> list[Node]:
     """The nodes for a run of map stages on ``ctx.threads``: one per stage, the running one last
-    (``state``: the run's first stage's saved state, which holds the run's)."""
-    return ParallelMapNode(stages, upstream, ctx, state).parts()
+    (``state``: the run's first stage's saved state, which holds the run's; ``contexts``: each
+    stage's own context, default ``ctx`` for all)."""
+    return ParallelMapNode(stages, upstream, ctx, state, contexts).parts()

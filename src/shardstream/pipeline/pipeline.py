@@ -142,6 +142,7 @@ class DataPipeline(EpochOwner, IterableDatasetBase):  # type: ignore[type-arg]
         self._role: tuple[int, int] | None = None  # (epoch, worker index it stands in for)
         self._running: weakref.WeakSet[Iterator[Any]] = weakref.WeakSet()
         self._threads: Threads | None = None  # per-sample stages on these threads (a loader's)
+        self._fills = False  # the loader's default collation takes the items (fill_batches)
         self._if_changed = "raise"  # see if_shards_changed()
         for arg in args:
             if arg is None:
@@ -193,6 +194,8 @@ class DataPipeline(EpochOwner, IterableDatasetBase):  # type: ignore[type-arg]
             ctx = dataclasses.replace(ctx, telemetry=recorder.begin_pass())
         if self._threads is not None:
             ctx = dataclasses.replace(ctx, threads=self._threads)
+        if self._fills:
+            ctx = dataclasses.replace(ctx, fills=True)
         nodes = live.nodes = self._build_nodes(None, ctx, states)
         if states is not None and self._if_changed == "restart":
             nodes = live.nodes = self._checked_restore(nodes, ctx, epoch)
@@ -318,6 +321,14 @@ class DataPipeline(EpochOwner, IterableDatasetBase):  # type: ignore[type-arg]
         """Run the per-sample stages of the passes started from now on ``threads`` (in order;
         ``None``: in the iterating thread). Set by ``ss.Loader``; the output is the same."""
         self._threads = threads
+
+    def fill_batches(self, fills: bool) -> None:
+        """Whether the items of the passes started from now on go to the loader's default
+        collation (set by ``ss.Loader``): a decode stage with only value-moving stages after it
+        (to_tuple, rename, shuffle) then leaves JPEGs to be decoded straight into the batch
+        (``decoders/deferred.py``). The batches are the same; iterating the pipeline yourself
+        never defers."""
+        self._fills = fills
 
     # -- state ----------------------------------------------------------------------------------
     def state_dict(self) -> StateDict:

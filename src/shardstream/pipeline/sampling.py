@@ -38,6 +38,8 @@ class _RandomSampleNode(Node):
 
 
 class _RandomSample(Stage):
+    passes_values = True
+
     def __init__(self, p: float) -> None:
         self.p = p
 

@@ -73,6 +73,8 @@ class LoaderDataset(Stateful, Protocol):
 
     def use_threads(self, threads: Threads | None) -> None: ...
 
+    def fill_batches(self, fills: bool) -> None: ...
+
     def slot_length(self, world: World) -> int | None:
         """Items the slot ``(world.rank, world.worker)`` of ``world`` yields in one epoch (its
         ``num_workers`` workers per rank); ``None`` when the dataset cannot know it."""

@@ -138,6 +138,7 @@ class Shuffle(Stage):
     """
 
     kind = "shuffle"
+    passes_values = True
     label = "shuffle"
 
     def __init__(

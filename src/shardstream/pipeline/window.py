@@ -39,6 +39,8 @@ class _SliceNode(Node):
 
 
 class _Slice(Stage):
+    passes_values = True
+
     def __init__(self, *args: int | None) -> None:
         bounds = builtins.slice(*args)
         self.bounds = (bounds.start or 0, bounds.stop, bounds.step or 1)
