@@ -4,6 +4,7 @@ errors keep their meaning, and a batch the training loop keeps is never overwrit
 
 from __future__ import annotations
 
+import gc
 import io
 import threading
 import time
@@ -247,3 +248,32 @@ def test_later_work_waits_behind_work_submitted_now() -> None:
         threading.Timer(0.2, gate.set).start()
     assert pending.cancelled() and "never" not in order
     assert not any(t.name.startswith("shardstream-map") for t in threading.enumerate())
+
+
+def test_a_batch_collected_while_its_buffers_are_busy_does_not_deadlock() -> None:
+    """A batch in a reference cycle is freed by the garbage collector, which may run inside any
+    allocation, also one made while this thread holds the buffers' lock: its finalizer then
+    takes that lock again in the same thread."""
+    from shardstream.loader.buffers import ReusedBuffers
+
+    buffers = ReusedBuffers(2)
+    done = threading.Event()
+
+    def lend_and_collect() -> None:
+        batch = buffers.empty((4, 8), np.dtype(np.uint8))
+        cycle: list[Any] = [batch]
+        cycle.append(cycle)
+        del batch, cycle
+        with buffers.lock:
+            gc.collect()  # the batch's finalizer runs here, in this thread
+        done.set()
+
+    gc.disable()
+    try:
+        worker = threading.Thread(target=lend_and_collect, daemon=True)
+        worker.start()
+        worker.join(10)
+    finally:
+        gc.enable()
+    assert done.is_set(), "the finalizer deadlocked on the buffers' lock"
+    assert buffers.empty((4, 8), np.dtype(np.uint8)) is not None and buffers.reused == 1

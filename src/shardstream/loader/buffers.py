@@ -45,7 +45,9 @@ class ReusedBuffers:
     def __init__(self, budget: int) -> None:
         self.budget = budget
         self.buffers: list[_Buffer] = []
-        self.lock = threading.Lock()
+        # Reentrant: a finalizer can run in this thread while it holds the lock (a batch in a
+        # reference cycle collected by an allocation inside empty()).
+        self.lock = threading.RLock()
         self.reused = 0  # batches made in a buffer already used
         self.fresh = 0  # batches made elsewhere: every buffer was lent
 

@@ -159,7 +159,7 @@ class WorkerRing:
         self.buffers: list[_Buffer] = []
         self.by_ptr: dict[int, _Buffer] = {}
         self.largest_batch = 0
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()  # a finalizer may run in a thread that holds it
         Finalize(self, _unlink_all, args=(self.prefix, self.buffers), exitpriority=10)
 
     # -- BatchMemory: called by collation ---------------------------------------------------------
@@ -302,7 +302,7 @@ class MainRing:
         self.maps: dict[tuple[int, int], mmap.mmap] = {}
         self.flags: dict[int, mmap.mmap] = {}
         self.held: dict[tuple[int, int], int] = {}
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()  # a finalizer may run in a thread that holds it
         self.batches = 0  # batches that came through the buffers
         self.inline = 0  # small tensors that came inside a batch's pickle
         self.fresh = 0  # tensors that came torch's way (a fresh segment and a descriptor each)
