@@ -277,3 +277,22 @@ def test_a_batch_collected_while_its_buffers_are_busy_does_not_deadlock() -> Non
         gc.enable()
     assert done.is_set(), "the finalizer deadlocked on the buffers' lock"
     assert buffers.empty((4, 8), np.dtype(np.uint8)) is not None and buffers.reused == 1
+
+
+def test_an_idle_pool_thread_holds_no_result() -> None:
+    """A pool thread waiting for work keeps nothing of its last task alive: a batch it made
+    must return its reused buffer as soon as the training loop drops it."""
+    import weakref
+
+    class Batch:
+        pass
+
+    with Threads(1) as pool:
+        future = pool.submit(Batch)
+        made = weakref.ref(future.result(timeout=10))
+        del future
+        deadline = time.monotonic() + 5
+        while made() is not None and time.monotonic() < deadline:
+            gc.collect()
+            time.sleep(0.01)
+        assert made() is None, "the idle pool thread still holds its last result"

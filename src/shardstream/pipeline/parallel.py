@@ -109,16 +109,20 @@ class Threads:
             _, _, work = self._queue.get()
             if work is None:
                 return
-            future, fn, args = work
-            if not future.set_running_or_notify_cancel():
-                continue
-            try:
-                result = fn(*args)
-            except BaseException as exn:  # handed to whoever waits on the future
-                future.set_exception(exn)
-            else:
-                future.set_result(result)
-            del work, future, fn, args
+            self._run(*work)
+            # Hold nothing while idle: a batch kept alive here would hold its reused buffer.
+            del work
+
+    @staticmethod
+    def _run(future: Future[Any], fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            result = fn(*args)
+        except BaseException as exn:  # handed to whoever waits on the future
+            future.set_exception(exn)
+        else:
+            future.set_result(result)
 
     def close(self) -> None:
         with self._lock:
