@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _lengths import check_lengths, count
 from _procs import run_spawned
 from _resume_cases import write_shards
 
@@ -72,16 +73,6 @@ def loaders(urls: list[list[str]], k: int, stop: str) -> dict[str, Any]:
     }
 
 
-def count(loader: Any) -> tuple[int, int]:
-    """(batches, samples) one epoch of ``loader`` yields."""
-    batches = samples = 0
-    for batch in loader:
-        keys = batch[0] if isinstance(batch, list | tuple) and not isinstance(batch[0], str) else [batch[0]]
-        batches += 1
-        samples += len(keys)
-    return batches, samples
-
-
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("stop", STOPS)
 @pytest.mark.parametrize("k", [2, 3, 4])
@@ -89,18 +80,7 @@ def test_len_of_every_loader_is_what_it_yields(urls: list[list[str]], k: int, st
     single = mixture(urls, k, stop)
     items = sum(1 for _ in single)
     assert len(single) == items, "one process: len(mix) is the items it yields"
-    made = loaders(urls, k, stop)
-    try:
-        for name, loader in made.items():
-            length = len(loader)  # before iterating, as Lightning and progress bars ask
-            batches, samples = count(loader)
-            assert length == batches, f"{name}: len() {length}, yielded {batches} ({k} sources, {stop})"
-            if "items" in name:
-                assert length == samples
-            assert count(loader)[0] == length, f"{name}: the next epoch has the same length"
-    finally:
-        for loader in made.values():
-            loader.close()
+    check_lengths(loaders(urls, k, stop), f"{k} sources, {stop}")
 
 
 def test_a_plain_split_batched_by_another_size_counts_per_worker(urls: list[list[str]]) -> None:

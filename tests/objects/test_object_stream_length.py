@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _lengths import check_lengths, count
 from _prefix import Prefix
 
 import shardstream as ss
@@ -58,31 +59,6 @@ def loaders(make: Any) -> dict[str, Any]:
     }
 
 
-def count(loader: Any) -> tuple[int, int]:
-    """(batches, samples) one epoch of ``loader`` yields."""
-    batches = samples = 0
-    for batch in loader:
-        keys = batch[0] if isinstance(batch[0], list | tuple) else [batch[0]]
-        batches += 1
-        samples += len(keys)
-    return batches, samples
-
-
-def check_every_loader(make: Any, what: str) -> None:
-    made = loaders(make)
-    try:
-        for name, loader in made.items():
-            length = len(loader)  # before iterating, as Lightning and progress bars ask
-            batches, samples = count(loader)
-            assert length == batches, f"{name}: len() {length}, yielded {batches} ({what})"
-            if "items" in name:
-                assert length == samples
-            assert count(loader)[0] == length, f"{name}: the next epoch has the same length ({what})"
-    finally:
-        for loader in made.values():
-            loader.close()
-
-
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize(("split", "size"), SPLITS, ids=["every-nth", "equal-2", "exact-3"])
 @pytest.mark.parametrize("n", COUNTS)
@@ -90,7 +66,7 @@ def test_len_of_every_loader_is_what_it_yields(tmp_path: Path, n: int, split: st
     url = write_objects(tmp_path / "objects", n)
     single = stream(url, split, size)
     assert single.slot_length(World()) == sum(1 for _ in single), "one process: the slot is the rank"
-    check_every_loader(lambda: stream(url, split, size), f"{n} objects, split={split}")
+    check_lengths(loaders(lambda: stream(url, split, size)), f"{n} objects, split={split}")
 
 
 @pytest.mark.parametrize(("split", "size"), SPLITS, ids=["every-nth", "equal-2", "exact-3"])

@@ -343,11 +343,15 @@ class Decoder:
         """
         if not any(hasattr(h, "bind") for h in self.handlers):
             return self
-        bound = copy.copy(self)
-        bound.handlers = tuple(h.bind(ctx) if hasattr(h, "bind") else h for h in self.handlers)
-        bound._filters = tuple(getattr(h, "dispatch_extensions", None) for h in bound.handlers)
-        bound._plans = {}
-        return bound
+        return self._with_handlers(tuple(h.bind(ctx) if hasattr(h, "bind") else h for h in self.handlers))
+
+    def _with_handlers(self, handlers: tuple[FieldDecoder, ...]) -> Decoder:
+        """A copy of this decoder with ``handlers`` in place of its own (dispatch rebuilt)."""
+        copied = copy.copy(self)
+        copied.handlers = handlers
+        copied._filters = tuple(getattr(h, "dispatch_extensions", None) for h in handlers)
+        copied._plans = {}
+        return copied
 
     def deferring(self) -> Decoder:
         """A copy whose image handlers return JPEGs as :class:`~.deferred.DeferredArray` values,
@@ -355,9 +359,7 @@ class Decoder:
         handlers = tuple(h.deferring() if isinstance(h, Defers) else h for h in self.handlers)
         if all(new is old for new, old in zip(handlers, self.handlers, strict=True)):
             return self
-        deferring = copy.copy(self)
-        deferring.handlers = handlers
-        deferring._plans = {}
+        deferring = self._with_handlers(handlers)
         deferring._defers = True
         return deferring
 

@@ -55,10 +55,6 @@ class DeferredArray:
         """Where the value comes from, for the error of a fill that fails."""
         self.url, self.key, self.field = url, key, field
 
-    @property
-    def nbytes(self) -> int:
-        return int(np.prod(self.shape)) * self.dtype.itemsize
-
     def fill(self, out: np.ndarray[Any, Any]) -> None:
         """Decode into ``out`` (shape and dtype as this value's)."""
         if out.shape != self.shape or out.dtype != self.dtype:
