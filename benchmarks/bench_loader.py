@@ -38,7 +38,11 @@ webdataset's engine around our decoder. The reference is WebLoader.
 
 Every case first runs one unmeasured pass (``--no-warmup`` skips it). Reported per section:
 samples (clips) per second (median over rounds and passes), the ratio to the reference, time from
-``iter()`` to the first batch, and the peak RSS of the whole process tree (sampled every 20 ms).
+``iter()`` to the first batch, and the peak RSS of the whole process tree (sampled every 20 ms by
+a separate process, ``_rss.py``, so that the sampling takes no GIL from the loaders measured). In
+the images section the ceiling is measured again just before every case's round and each case's
+share of it is the median over rounds of the round's rate over that ceiling (the host's speed
+drifts by 20-30% within a run).
 Datasets are built once and cached in ``--data`` (``images``, ``loader-tiny``, ``loader-video``;
 other sizes get their own directories).
 
@@ -53,7 +57,6 @@ import io
 import json
 import statistics
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -72,6 +75,7 @@ from _common import (  # noqa: E402
     machine_line,
     shard_paths,
 )
+from _rss import TreeRss  # noqa: E402
 
 BATCH = 32
 COUNT = 2_000
@@ -184,42 +188,6 @@ class ClipSample:
 # Measurement
 
 
-class TreeRss:
-    """Peak resident memory of this process plus its children, sampled every 20 ms."""
-
-    def __init__(self) -> None:
-        import psutil
-
-        self.me = psutil.Process()
-        self.peak = 0
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._sample, daemon=True)
-
-    def _sample(self) -> None:
-        import psutil
-
-        while not self.stop.wait(0.02):
-            total = 0
-            try:
-                procs = [self.me, *self.me.children(recursive=True)]
-            except psutil.Error:
-                continue
-            for proc in procs:
-                try:
-                    total += proc.memory_info().rss
-                except psutil.Error:
-                    pass
-            self.peak = max(self.peak, total)
-
-    def __enter__(self) -> TreeRss:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join()
-
-
 class Case:
     """A loader made once per round; a pass iterates it once (workers persist between passes)."""
 
@@ -228,11 +196,11 @@ class Case:
         self.rates: list[float] = []
         self.first: list[float] = []
         self.rss: list[int] = []
+        self.ceilings: list[float] = []  # the ceiling measured just before each of its rounds
 
     def warm_up(self) -> None:
-        """One unmeasured pass of a loader made for it, with the RSS sampler running as in a round:
-        its thread makes shardstream start workers from its forkserver, whose first start the
-        warm-up then takes."""
+        """One unmeasured pass of a loader made for it, with the RSS sampler running as in a
+        round (imports, the page cache and shardstream's forkserver start land here)."""
         with TreeRss():
             loader = self.make()
             try:
@@ -470,9 +438,11 @@ def run_rounds(
     cases: list[Case],
     args: argparse.Namespace,
     unit: str = "samples",
-    before: Callable[[int], None] | None = None,
+    before: Callable[[Case], None] | None = None,
 ) -> None:
-    """Every case once per round, the order reversed every other round (A B, B A, ...).
+    """Every case once per round, the order reversed every other round (A B, B A, ...);
+    ``before(case)`` runs just before each case's round (the images section measures the
+    ceiling there).
 
     With ``args.warmup``, every case first runs one unmeasured pass: imports, the page cache and
     the start of shardstream's forkserver (once per process, ~1.5 s) would otherwise land on the
@@ -484,9 +454,9 @@ def run_rounds(
             case.warm_up()
             print(f"{section} warm-up {case.name}", flush=True)
     for r in range(rounds):
-        if before is not None:
-            before(r)
         for case in cases if r % 2 == 0 else cases[::-1]:
+            if before is not None:
+                before(case)
             case.round(passes)
             print(
                 f"{section} round {r + 1} {case.name:<42} "
@@ -495,18 +465,27 @@ def run_rounds(
             )
 
 
-def table(
-    cases: list[Case], unit: str, refs: list[tuple[str, Case]], ceiling: float | None = None
-) -> list[str]:
-    """Markdown rows: rate, share of the ceiling (when given), ratios to each reference, first
-    batch and peak RSS."""
+def share(case: Case, passes: int) -> float:
+    """The median over rounds of the case's rate in the round (median of its passes) over the
+    ceiling measured just before that round: the host's speed drifts by 20-30% within a run, so
+    each round is set against the ceiling of its own minute."""
+    rounds = [case.rates[i : i + passes] for i in range(0, len(case.rates), passes)]
+    return statistics.median(
+        statistics.median(rates) / ceiling for rates, ceiling in zip(rounds, case.ceilings, strict=True)
+    )
+
+
+def table(cases: list[Case], unit: str, refs: list[tuple[str, Case]], passes: int = 0) -> list[str]:
+    """Markdown rows: rate, share of the ceiling (when ``passes`` is given: see :func:`share`),
+    ratios to each reference, first batch and peak RSS."""
+    ceiling = bool(passes)
     head = f"| loader | {unit}/s |" + (" share of the ceiling |" if ceiling else "")
     head += "".join(f" vs {label} |" for label, _ in refs) + " first batch, ms | peak RSS of the tree, MiB |"
     lines = [head, "|---|" + "---:|" * (head.count("|") - 2)]
     ref_rates = [statistics.median(ref.rates) for _, ref in refs]
     for case in cases:
         rate = statistics.median(case.rates)
-        row = f"| {case.name} | {rate:,.0f} |" + (f" {rate / ceiling:.0%} |" if ceiling else "")
+        row = f"| {case.name} | {rate:,.0f} |" + (f" {share(case, passes):.0%} |" if ceiling else "")
         row += "".join(f" {rate / ref:.2f}x |" for ref in ref_rates)
         row += f" {1000 * statistics.median(case.first):.0f} | {max(case.rss) / 2**20:,.0f} |"
         lines.append(row)
@@ -521,19 +500,20 @@ def images_section(args: argparse.Namespace) -> list[str]:
     urls = build_image_dataset(args.data)
     decode = _decoder(args.decoder)
     cases = image_cases(urls, decode, args.threads, args.decoder)
-    ceilings: list[float] = []
 
-    def ceiling_first(r: int) -> None:
-        ceilings.append(ceiling_rate(urls, args.decoder))
-        print(f"images round {r + 1} ceiling {ceilings[-1]:,.0f} samples/s", flush=True)
+    def ceiling_first(case: Case) -> None:
+        case.ceilings.append(ceiling_rate(urls, args.decoder))
+        print(f"images ceiling {case.ceilings[-1]:,.0f} samples/s", flush=True)
 
     run_rounds("images", cases, args, before=ceiling_first)
-    ceiling = statistics.median(ceilings)
+    ceilings = [c for case in cases for c in case.ceilings]
     lines = [
         f"## images: {COUNT:,} 256x256 JPEGs, {args.decoder} on every side, batch {BATCH}",
         "",
-        f"- Ceiling: 2 forked processes decoding the JPEGs from memory, no pipeline: {ceiling:,.0f} "
-        "samples/s (median of rounds)",
+        f"- Ceiling: 2 forked processes decoding the JPEGs from memory, no pipeline (best of 3 "
+        f"passes), measured just before every case's round: {statistics.median(ceilings):,.0f} "
+        f"samples/s (median; {min(ceilings):,.0f}-{max(ceilings):,.0f}). A case's share is the "
+        "median over rounds of its rate over the ceiling measured just before it",
     ]
     if not any(case.name.startswith("SPDL") for case in cases):
         lines.append(f"- SPDL: not installed, row skipped (`{SPDL_HINT}`)")
@@ -544,7 +524,7 @@ def images_section(args: argparse.Namespace) -> list[str]:
             f"(output in completion order, SPDL's default), `aggregate({BATCH})`, "
             f"`pipe(default_collate)`, `add_sink(3)`, `build(num_threads={args.threads})`"
         )
-    lines += ["", *table(cases, "samples", [("webdataset", cases[0])], ceiling)]
+    lines += ["", *table(cases, "samples", [("webdataset", cases[0])], args.passes)]
     return lines
 
 
@@ -657,8 +637,11 @@ def main() -> None:
         + "; medians over rounds and passes",
     ]
     sections = {"images": images_section, "tiny": tiny_section, "video": video_section}
-    for name in only:
-        lines += ["", *sections[name](args)]
+    try:
+        for name in only:
+            lines += ["", *sections[name](args)]
+    finally:
+        TreeRss.close()
     emit_report(lines, args.markdown)
 
 

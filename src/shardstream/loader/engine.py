@@ -74,13 +74,15 @@ def _convert(data: Any) -> Any:
 
 class _Collate:
     """The default batch maker: :func:`default_collation_fn`, then tensors (as DataLoader's);
-    with ``memory``, arrays are stacked straight into the tensors it gives."""
+    with ``memory``, arrays are stacked straight into the tensors it gives; with ``threads``,
+    a batch's rows are shared among the pool's idle threads (``Threads.spread``)."""
 
-    def __init__(self, memory: BatchMemory | None = None) -> None:
+    def __init__(self, memory: BatchMemory | None = None, threads: Threads | None = None) -> None:
         self.memory = memory
+        self.spread = threads.spread if threads is not None else None
 
     def __call__(self, samples: Any) -> Any:
-        return _convert(default_collation_fn(samples, memory=self.memory))
+        return _convert(default_collation_fn(samples, memory=self.memory, spread=self.spread))
 
 
 class Loader:
@@ -412,7 +414,8 @@ def _collate_for(loader: Loader) -> Callable[[Any], Any]:
     loader's reused buffers (``buffers.py``), or in pinned memory when asked (and possible)."""
     torch = cuda() if loader.pin_memory else None
     if type(loader.collate_fn) is _Collate:
-        return _Collate(memory=PinnedMemory(torch) if torch is not None else loader._buffers)
+        memory = PinnedMemory(torch) if torch is not None else loader._buffers
+        return _Collate(memory, loader._threads)
     if torch is None:
         return loader.collate_fn
     return Pinning(loader.collate_fn)

@@ -26,6 +26,9 @@ __all__ = [
 ]
 
 Collate = Callable[[list[Any]], Any]
+#: Runs ``fn(i)`` for every ``i`` in ``range(n)``, possibly on several threads, returning when
+#: all have ended (``Threads.spread``): how a loader's collation fills a batch's rows.
+Spread = Callable[[int, Callable[[int], None]], None]
 
 # Below this size per sample the shared-memory setup costs more than the copy it saves.
 _SHARED_MIN_BYTES = 4096
@@ -88,7 +91,26 @@ def _batch_out(
     return array, array
 
 
-def _fill_column(values: list[Any], memory: BatchMemory | None) -> Any:
+def _fill_rows(values: list[Any], rows: np.ndarray[Any, Any], spread: Spread | None) -> None:
+    """Each value into its row: a deferred one decoded there, an array copied in; the rows spread
+    over the loader's threads when it gives ``spread`` (a decode is ~0.3 ms a row; a column of
+    plain arrays is copied by one ``np.stack``, which a Python call per row would slow)."""
+
+    def fill(i: int) -> None:
+        value = values[i]
+        if type(value) is DeferredArray:
+            value.fill(rows[i])
+        else:
+            rows[i][...] = value
+
+    if spread is not None:
+        spread(len(values), fill)
+    else:
+        for i in range(len(values)):
+            fill(i)
+
+
+def _fill_column(values: list[Any], memory: BatchMemory | None, spread: Spread | None) -> Any:
     """A column holding :class:`~shardstream.decoders.deferred.DeferredArray` values, as one
     batch: each is decoded straight into its row (arrays beside them are copied in). ``None``
     when the values differ in shape or dtype (the caller makes them arrays)."""
@@ -96,17 +118,17 @@ def _fill_column(values: list[Any], memory: BatchMemory | None) -> Any:
     shape, dtype = tuple(first.shape), np.dtype(first.dtype)
     if dtype.kind in "biuf" and all(tuple(v.shape) == shape and v.dtype == dtype for v in values):
         out, rows = _batch_out(len(values), shape, dtype, memory)
-        for value, row in zip(values, rows, strict=True):
-            if type(value) is DeferredArray:
-                value.fill(row)
-            else:
-                row[...] = value
+        _fill_rows(values, rows, spread)
         return out
     return None
 
 
 def _combine(
-    values: list[Any], combine_tensors: bool, combine_scalars: bool, memory: BatchMemory | None = None
+    values: list[Any],
+    combine_tensors: bool,
+    combine_scalars: bool,
+    memory: BatchMemory | None = None,
+    spread: Spread | None = None,
 ) -> Any:
     first = values[0]
     if combine_scalars and isinstance(first, (numbers.Number, np.generic)) and not isinstance(first, bool):
@@ -114,7 +136,7 @@ def _combine(
     if type(first) is DeferredArray or (
         isinstance(first, np.ndarray) and any(type(v) is DeferredArray for v in values)
     ):
-        filled = _fill_column(values, memory) if combine_tensors else None
+        filled = _fill_column(values, memory, spread) if combine_tensors else None
         if filled is not None:
             return filled
         values = [v.array() if type(v) is DeferredArray else v for v in values]
@@ -144,6 +166,7 @@ def default_collation_fn(
     combine_scalars: bool = True,
     *,
     memory: BatchMemory | None = None,
+    spread: Spread | None = None,
 ) -> Any:
     """Collate a list of tuples (or dicts) into one tuple (dict) of batched columns.
 
@@ -151,7 +174,9 @@ def default_collation_fn(
     (strings, bytes, PIL images) becomes a list. Inside a DataLoader worker, large numeric
     arrays are stacked into a shared-memory torch tensor instead of a numpy array (the loader
     would convert the numpy batch to a tensor anyway, with one more copy). With ``memory``,
-    numeric arrays are stacked into the tensors it gives (pinned memory, for one).
+    numeric arrays are stacked into the tensors it gives (pinned memory, for one). With
+    ``spread`` (a loader's ``Threads.spread``), deferred values (``decoders/deferred.py``) are
+    decoded into their rows by the loader's idle threads too.
     """
     if not samples:
         raise ValueError("cannot collate an empty batch")
@@ -164,15 +189,19 @@ def default_collation_fn(
                     f"cannot collate samples with different fields: {sorted(first)} vs {sorted(s)} "
                     f"(sample {s.get('__key__')!r}); use to_tuple() or map() to make them uniform"
                 )
-        return {k: _combine([s[k] for s in samples], combine_tensors, combine_scalars, memory) for k in keys}
+        return {
+            k: _combine([s[k] for s in samples], combine_tensors, combine_scalars, memory, spread)
+            for k in keys
+        }
     if isinstance(first, (list, tuple)):
         width = len(first)
         if any(len(s) != width for s in samples):
             raise ValueError("cannot collate tuples of different lengths")
         return tuple(
-            _combine([s[i] for s in samples], combine_tensors, combine_scalars, memory) for i in range(width)
+            _combine([s[i] for s in samples], combine_tensors, combine_scalars, memory, spread)
+            for i in range(width)
         )
-    return _combine(list(samples), combine_tensors, combine_scalars, memory)
+    return _combine(list(samples), combine_tensors, combine_scalars, memory, spread)
 
 
 class _BatchNode(Node):
