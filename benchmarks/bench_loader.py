@@ -53,6 +53,7 @@ other sizes get their own directories).
 from __future__ import annotations
 
 import argparse
+import gc
 import io
 import json
 import statistics
@@ -207,9 +208,7 @@ class Case:
                 for _ in loader:
                     pass
             finally:
-                close = getattr(loader, "close", None)
-                if close is not None:
-                    close()
+                shut(loader)
 
     def round(self, passes: int) -> None:
         with TreeRss() as rss:
@@ -228,10 +227,23 @@ class Case:
                     self.rates.append(n / wall)
                     self.first.append(first or 0.0)
             finally:
-                close = getattr(loader, "close", None)
-                if close is not None:
-                    close()
+                shut(loader)
         self.rss.append(rss.peak)
+
+
+def shut(loader: Any) -> None:
+    """Stop a loader's threads and worker processes before the next case starts: ``close()``
+    where it has one; a torch DataLoader's persistent workers otherwise live until its iterator
+    is garbage-collected, and would be counted in the next case's memory."""
+    close = getattr(loader, "close", None)
+    if close is not None:
+        close()
+    else:
+        running = getattr(loader, "_iterator", None)
+        if running is not None and hasattr(running, "_shutdown_workers"):
+            running._shutdown_workers()
+    del loader
+    gc.collect()
 
 
 class SpdlLoader:
