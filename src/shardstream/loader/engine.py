@@ -4,7 +4,8 @@
   pipeline's per-sample stages run on ``num_threads`` threads, in order. No process starts, no
   batch crosses a process boundary, and batches are exactly the one-thread ones. The default
   collation makes batches in a few buffers reused once the training loop drops a batch
-  (``buffers.py``).
+  (``buffers.py``), and the pool's free threads help decode a batch's rows
+  (``Threads.spread``).
 * ``num_workers=M``: ``M`` worker processes, each running its share of the epoch as a DataLoader
   worker does (started the fork-safe way of ``_start.py``, persistent by default), each with
   ``num_threads`` threads for its per-sample stages.
