@@ -4,7 +4,7 @@
   pipeline's per-sample stages run on ``num_threads`` threads, in order. No process starts, no
   batch crosses a process boundary, and batches are exactly the one-thread ones. The default
   collation makes batches in a few buffers reused once the training loop drops a batch
-  (``buffers.py``), and the pool's free threads help decode a batch's rows
+  (``buffers.py``), and the pool's free threads help decode a batch's deferred JPEGs
   (``Threads.spread``).
 * ``num_workers=M``: ``M`` worker processes, each running its share of the epoch as a DataLoader
   worker does (started the fork-safe way of ``_start.py``, persistent by default), each with
@@ -76,7 +76,7 @@ def _convert(data: Any) -> Any:
 class _Collate:
     """The default batch maker: :func:`default_collation_fn`, then tensors (as DataLoader's);
     with ``memory``, arrays are stacked straight into the tensors it gives; with ``threads``,
-    a batch's rows are shared among the pool's idle threads (``Threads.spread``)."""
+    a batch's deferred decodes are shared among the pool's free threads (``Threads.spread``)."""
 
     def __init__(self, memory: BatchMemory | None = None, threads: Threads | None = None) -> None:
         self.memory = memory
