@@ -26,6 +26,7 @@ __all__ = [
     "Side",
     "build_image_dataset",
     "build_tiny_dataset",
+    "children",
     "cpu_seconds",
     "dataset_bytes",
     "machine_line",
@@ -40,6 +41,23 @@ TINY_SPEC = (100_000, 10)
 IMAGE_SPEC = (2_000, 8)
 
 
+def children(pid: int) -> list[int]:
+    """The live child processes of ``pid`` (of all its threads), from ``/proc``; none where there
+    is no ``/proc``."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    found: list[int] = []
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                found += [int(c) for c in f.read().split()]
+        except OSError:
+            continue
+    return found
+
+
 def _live_children_cpu(pid: int) -> float:
     """CPU seconds of ``pid``'s live descendants running this Python (forked DataLoader workers,
     persistent ones included), from ``/proc``; 0 where there is no ``/proc``. Other programs
@@ -47,26 +65,19 @@ def _live_children_cpu(pid: int) -> float:
     (curl, s5cmd) are counted once they are reaped."""
     total = 0.0
     try:
-        tids = os.listdir(f"/proc/{pid}/task")
         exe = os.readlink("/proc/self/exe")
     except OSError:
         return 0.0
     ticks = os.sysconf("SC_CLK_TCK")
-    for tid in tids:
+    for child in children(pid):
         try:
-            with open(f"/proc/{pid}/task/{tid}/children") as f:
-                children = [int(c) for c in f.read().split()]
+            if os.readlink(f"/proc/{child}/exe") != exe:
+                continue
+            with open(f"/proc/{child}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        for child in children:
-            try:
-                if os.readlink(f"/proc/{child}/exe") != exe:
-                    continue
-                with open(f"/proc/{child}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            total += (int(fields[11]) + int(fields[12])) / ticks + _live_children_cpu(child)
+        total += (int(fields[11]) + int(fields[12])) / ticks + _live_children_cpu(child)
     return total
 
 

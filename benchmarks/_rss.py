@@ -3,47 +3,36 @@
 A sampler thread inside the measured process would share its GIL: walking the process table
 with psutil every 20 ms held it for ~0.6 ms each time (3% of a core), which slowed the loaders
 that run Python threads in that process (ss.Loader's thread mode, SPDL) and not those whose
-work runs in worker processes. The sampler here is its own small Python process that reads
-``/proc`` (``task/*/children`` and ``statm``) every 20 ms; it leaves itself out of the tree.
+work runs in worker processes. The sampler here is this file run as its own small Python
+process (``python _rss.py <pid> <period>``) that reads ``/proc`` (``_common.children`` and
+``statm``) every 20 ms; it leaves itself out of the tree.
 """
 
 from __future__ import annotations
 
+import os
+import select
 import subprocess
 import sys
+from pathlib import Path
 from typing import IO
+
+from _common import children
 
 __all__ = ["TreeRss"]
 
-_SAMPLER = r"""
-import os, select, sys
 
-root, period = int(sys.argv[1]), float(sys.argv[2])
-page = os.sysconf("SC_PAGE_SIZE")
-me = os.getpid()
-
-
-def tree(pid):
-    out = [pid]
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return out
-    for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/children") as f:
-                kids = f.read().split()
-        except OSError:
-            continue
-        for kid in kids:
-            if int(kid) != me:
-                out += tree(int(kid))
-    return out
+def _tree(pid: int, leave_out: int) -> list[int]:
+    found = [pid]
+    for child in children(pid):
+        if child != leave_out:
+            found += _tree(child, leave_out)
+    return found
 
 
-def rss():
+def _rss(root: int, page: int) -> int:
     total = 0
-    for pid in tree(root):
+    for pid in _tree(root, os.getpid()):
         try:
             with open(f"/proc/{pid}/statm") as f:
                 total += int(f.read().split()[1]) * page
@@ -52,21 +41,23 @@ def rss():
     return total
 
 
-peak, running = 0, False
-while True:
-    ready, _, _ = select.select([sys.stdin], [], [], period if running else None)
-    if ready:
-        line = sys.stdin.readline().strip()
-        if line == "start":
-            peak, running = rss(), True
-        elif line == "stop":
-            peak, running = max(peak, rss()), False
-            print(peak, flush=True)
-        else:
-            break
-    elif running:
-        peak = max(peak, rss())
-"""
+def _sample(root: int, period: float) -> None:
+    """The sampler's loop: ``start`` on stdin begins a peak, ``stop`` writes it, anything else ends."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    peak, running = 0, False
+    while True:
+        ready, _, _ = select.select([sys.stdin], [], [], period if running else None)
+        if ready:
+            line = sys.stdin.readline().strip()
+            if line == "start":
+                peak, running = _rss(root, page), True
+            elif line == "stop":
+                peak, running = max(peak, _rss(root, page)), False
+                print(peak, flush=True)
+            else:
+                return
+        elif running:
+            peak = max(peak, _rss(root, page))
 
 
 class TreeRss:
@@ -80,11 +71,9 @@ class TreeRss:
 
     @classmethod
     def _sampler(cls) -> tuple[IO[str], IO[str]]:
-        import os
-
         if cls._proc is None or cls._proc.poll() is not None:
             cls._proc = subprocess.Popen(
-                [sys.executable, "-c", _SAMPLER, str(os.getpid()), "0.02"],
+                [sys.executable, str(Path(__file__).resolve()), str(os.getpid()), "0.02"],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 text=True,
@@ -120,3 +109,7 @@ class TreeRss:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+if __name__ == "__main__":
+    _sample(int(sys.argv[1]), float(sys.argv[2]))

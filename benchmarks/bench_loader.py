@@ -53,7 +53,6 @@ other sizes get their own directories).
 from __future__ import annotations
 
 import argparse
-import gc
 import io
 import json
 import statistics
@@ -242,8 +241,6 @@ def shut(loader: Any) -> None:
         running = getattr(loader, "_iterator", None)
         if running is not None and hasattr(running, "_shutdown_workers"):
             running._shutdown_workers()
-    del loader
-    gc.collect()
 
 
 class SpdlLoader:
