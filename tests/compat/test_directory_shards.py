@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -16,10 +17,14 @@ from shardstream.compat.shardlists import DirectoryShardList, get_pid_from_filen
 
 READER = textwrap.dedent(
     """
-    import json, sys, time
+    import json, os, sys, time
     from shardstream.shardlists import DirectoryShardList
 
-    path, out = sys.argv[1], sys.argv[2]
+    path, out, ready, go = sys.argv[1:5]
+    open(ready, "w").close()  # imported: both readers start claiming together
+    deadline = time.monotonic() + 60
+    while not os.path.exists(go) and time.monotonic() < deadline:
+        time.sleep(0.005)
     claimed = []
     for shard in DirectoryShardList(path, pattern="*.tar", mode="unlink", poll=None):
         claimed.append(shard["url"])
@@ -46,7 +51,23 @@ def test_two_processes_share_a_directory_each_shard_read_once(tmp_path: Path) ->
     shards.mkdir()
     names = make_shards(shards, 60)
     outs = [tmp_path / f"reader{i}.json" for i in range(2)]
-    procs = [subprocess.Popen([sys.executable, "-c", READER, f"{shards}/", str(out)]) for out in outs]
+    ready = [tmp_path / f"reader{i}.ready" for i in range(2)]
+    go = tmp_path / "go"
+    # A reader that imports first (a cold start compiles the package) would otherwise claim all
+    # 60 shards before the other one has started.
+    procs = [
+        subprocess.Popen([sys.executable, "-c", READER, f"{shards}/", str(out), str(r), str(go)])
+        for out, r in zip(outs, ready, strict=True)
+    ]
+    try:
+        deadline = time.monotonic() + 60
+        while not all(r.exists() for r in ready) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        go.touch()
+    except BaseException:
+        for proc in procs:
+            proc.kill()
+        raise
     for proc in procs:
         assert proc.wait(timeout=120) == 0
     claims = [json.loads(out.read_text()) for out in outs]
