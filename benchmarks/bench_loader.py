@@ -314,7 +314,21 @@ def image_cases(
         ),
         Case("ss.Loader, 2 processes", lambda: ss.Loader(ours(), batch_size=BATCH, num_workers=2)),
         *(stage_cases(urls, threads) if decoder == "simplejpeg" else []),
+        bound_case(urls, decoder, threads),
     ]
+
+
+def bound_case(urls: list[str], decoder: str, threads: int) -> Case:
+    """The reference row: the JPEGs already in memory decoded on ``threads`` threads straight into
+    batches in 5 reused buffers (``_ceiling.ThreadDecodeBatches``): no reading, no pipeline."""
+    from _ceiling import ThreadDecodeBatches, decode_into, load_jpegs
+
+    jpegs = load_jpegs(urls)
+    into = decode_into(decoder)
+    return Case(
+        f"reference: decode only, {threads} threads, into 5 reused batches",
+        lambda: ThreadDecodeBatches(jpegs, into, BATCH, threads),
+    )
 
 
 def stage_cases(urls: list[str], threads: int) -> list[Case]:

@@ -18,6 +18,7 @@ thread, with or without the GIL.
 
 from __future__ import annotations
 
+import math
 import threading
 import weakref
 from typing import Any
@@ -57,7 +58,7 @@ class ReusedBuffers:
             import torch
         except ImportError:
             return None
-        nbytes = int(np.prod(shape)) * dtype.itemsize
+        nbytes = math.prod(shape) * dtype.itemsize
         if nbytes == 0:
             return None
         with self.lock:
