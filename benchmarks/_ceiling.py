@@ -155,6 +155,7 @@ class ThreadDecodeBatches:
 
     def close(self) -> None:
         self.pool.shutdown()
+        self.jpegs, self.buffers = [], []
 
 
 def _dims(data: bytes) -> tuple[int, int]:

@@ -323,11 +323,12 @@ def bound_case(urls: list[str], decoder: str, threads: int) -> Case:
     batches in 5 reused buffers (``_ceiling.ThreadDecodeBatches``): no reading, no pipeline."""
     from _ceiling import ThreadDecodeBatches, decode_into, load_jpegs
 
-    jpegs = load_jpegs(urls)
     into = decode_into(decoder)
+    # The JPEGs are read for each round and let go by close(): held for the whole run, they
+    # would count in the memory of every other row (forked workers inherit them).
     return Case(
         f"reference: decode only, {threads} threads, into 5 reused batches",
-        lambda: ThreadDecodeBatches(jpegs, into, BATCH, threads),
+        lambda: ThreadDecodeBatches(load_jpegs(urls), into, BATCH, threads),
     )
 
 
