@@ -13,7 +13,10 @@ runs once per round in alternating order (``--rounds``), every pass reading the 
   ``add_sink``, ``build(num_threads=num_threads)``; skipped, with an install hint, without spdl;
 * **shardstream WebLoader(2 workers)**: today's torch DataLoader path;
 * **ss.Loader, threads**: one process, ``num_threads`` threads for the per-sample stages;
-* **ss.Loader, processes**: 2 worker processes (persistent, as the default).
+* **ss.Loader, processes**: 2 worker processes (persistent, as the default);
+* **reference**: the JPEGs already in memory decoded on ``num_threads`` threads straight into
+  batches in 5 reused buffers, no reading and no pipeline (``_ceiling.ThreadDecodeBatches``): what
+  thread mode could reach if everything but the decode and the writing of batches cost nothing.
 
 Every side decodes with the same function (``--decoder simplejpeg`` or ``pillow``), applied as a
 ``map_dict`` (SPDL: a ``pipe``) on the raw ``jpg`` bytes, so the differences are the engines.
