@@ -128,3 +128,27 @@ def test_deferred_decode_equals_eager(name: str) -> None:
         assert isinstance(value, DeferredArray) and value.shape == eager.shape
         got = value.array()
     np.testing.assert_array_equal(got, eager)
+
+
+@pytest.mark.parametrize("name", ["baseline", "progressive", "icc profile"])
+def test_truncated_or_mutated_headers_never_raise_and_agree_with_libjpeg(name: str) -> None:
+    data = VARIANTS[name]()
+    whole = scan_frame(data)
+    for cut in range(0, min(len(data), 8000)):
+        assert scan_frame(data[:cut]) in (None, whole)  # a cut header is never misread
+    rng = np.random.default_rng(7)
+    checked = 0
+    for _ in range(500):
+        bad = bytearray(data)
+        for at in rng.integers(2, min(len(bad), 700), size=int(rng.integers(1, 5))):
+            bad[at] = int(rng.integers(0, 256))
+        frame = scan_frame(bytes(bad))
+        if frame is None:
+            continue
+        try:
+            height, width, _, _ = simplejpeg.decode_jpeg_header(bytes(bad))
+        except ValueError:
+            continue  # libjpeg refuses it: the decode fails at the fill and Pillow decides
+        assert frame[:2] == (height, width)
+        checked += 1
+    assert checked > 100
