@@ -97,25 +97,6 @@ class DecodeCeiling:
                 proc.kill()
 
 
-def decode_into(name: str) -> Callable[[bytes, Any], None]:
-    """Decodes a JPEG into a given ``H x W x 3`` uint8 row: simplejpeg's ``buffer=`` (as the decode
-    stage does), or Pillow's array copied in."""
-    if name == "simplejpeg":
-        import simplejpeg
-
-        decode_jpeg = simplejpeg.decode_jpeg
-        return lambda data, out: decode_jpeg(data, colorspace="RGB", buffer=out)
-    import io
-
-    import numpy as np
-    from PIL import Image
-
-    def pillow(data: bytes, out: Any) -> None:
-        out[...] = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
-
-    return pillow
-
-
 class ThreadDecodeBatches:
     """One pass per ``iter()``: ``(batch, labels)`` for every ``batch`` JPEGs, each batch decoded
     row by row by one of ``threads`` pool threads into one of ``buffers`` reused arrays (at most
@@ -133,8 +114,7 @@ class ThreadDecodeBatches:
 
         self.jpegs, self.decode, self.batch = jpegs, decode, batch
         height, width = _dims(jpegs[0])
-        first = np.zeros((batch, height, width, 3), np.uint8)
-        self.buffers = [first] + [np.zeros_like(first) for _ in range(buffers - 1)]
+        self.buffers = [np.zeros((batch, height, width, 3), np.uint8) for _ in range(buffers)]
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="decode-bound")
 
     def _fill(self, k: int) -> tuple[Any, range]:

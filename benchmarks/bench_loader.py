@@ -103,6 +103,22 @@ def _decoder(name: str) -> Callable[[bytes], Any]:
     return lambda data: np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
 
 
+def _decoder_into(name: str) -> Callable[[bytes, Any], None]:
+    """:func:`_decoder`'s decode into a given row: simplejpeg's ``buffer=`` (as the decode stage
+    does), else the decoded array copied in."""
+    if name == "simplejpeg":
+        import simplejpeg
+
+        decode_jpeg = simplejpeg.decode_jpeg
+        return lambda data, out: decode_jpeg(data, colorspace="RGB", buffer=out)
+    decode = _decoder(name)
+
+    def copy(data: bytes, out: Any) -> None:
+        out[...] = decode(data)
+
+    return copy
+
+
 # ------------------------------------------------------------------------------------------------
 # Datasets of the tiny and video sections (the images are _common's)
 
@@ -324,9 +340,9 @@ def image_cases(
 def bound_case(urls: list[str], decoder: str, threads: int) -> Case:
     """The reference row: the JPEGs already in memory decoded on ``threads`` threads straight into
     batches in 5 reused buffers (``_ceiling.ThreadDecodeBatches``): no reading, no pipeline."""
-    from _ceiling import ThreadDecodeBatches, decode_into, load_jpegs
+    from _ceiling import ThreadDecodeBatches, load_jpegs
 
-    into = decode_into(decoder)
+    into = _decoder_into(decoder)
     # The JPEGs are read for each round and let go by close(): held for the whole run, they
     # would count in the memory of every other row (forked workers inherit them).
     return Case(
