@@ -139,3 +139,59 @@ def test_corrupt_gzip_is_a_format_error() -> None:
     data[len(data) // 2] ^= 0xFF
     with pytest.raises(ShardFormatError):
         read(bytes(data))
+
+
+def _rewrite(raw: bytes, size_fmt: bytes, check_fmt: bytes) -> bytes:
+    """``raw`` (one-member-per-header ustar) with every header's size and checksum fields
+    written in the given layouts (``%``-formats of 12 and 8 bytes), checksums recomputed."""
+    out = bytearray(raw)
+    pos = 0
+    while pos + 512 <= len(out) and any(out[pos : pos + 512]):
+        header = out[pos : pos + 512]
+        size = int(bytes(header[124:136]).rstrip(b"\0 ") or b"0", 8)
+        header[124:136] = size_fmt % size
+        header[148:156] = b" " * 8
+        header[148:156] = check_fmt % sum(header)
+        out[pos : pos + 512] = header
+        pos += 512 + (size + 511) // 512 * 512
+    return bytes(out)
+
+
+# (size layout, checksum layout): GNU tar and tarfile write the first; the others are parsed
+# by the strict path and must read the same.
+LAYOUTS = [
+    (b"%011o\0", b"%06o\0 "),
+    (b"%011o ", b"%06o\0 "),
+    (b"%012o", b"%06o\0 "),
+    (b"%011o\0", b"%07o\0"),
+    (b"%011o\0", b" %06o\0"),
+    (b"%11o\0", b"%6o\0 "),  # space-padded digits
+]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS, ids=[f"{s.decode()!r}-{c.decode()!r}" for s, c in LAYOUTS])
+def test_every_field_layout_reads_the_same(layout: tuple[bytes, bytes]) -> None:
+    members = [
+        (f"s{i:04d}.{ext}", bytes([i]) * size)
+        for i, size in enumerate([0, 1, 700, 9000, 40000])
+        for ext in ("a", "b")
+    ]
+    raw = _rewrite(build_tar(members), *layout)
+    assert read(raw) == reference(raw) == members
+
+
+@pytest.mark.parametrize(
+    "size_field",
+    [b"00000000018\0", b"00000 00001\0", b"+0000000001\0", b"0000_000001\0", b"\xd9\xa1" + b"0" * 9 + b"\0"],
+)
+def test_near_misses_of_the_common_layout_are_refused(size_field: bytes) -> None:
+    raw = bytearray(build_tar([("s0.txt", b"hello"), ("s1.txt", b"x")]))
+    header = raw[1024 : 1024 + 512]
+    header[124:136] = size_field
+    header[148:156] = b" " * 8
+    header[148:156] = b"%06o\0 " % sum(header)
+    raw[1024 : 1024 + 512] = header
+    members = iter_members(io.BytesIO(bytes(raw)), "mem://t.tar")
+    assert next(members)[0] == "s0.txt"
+    with pytest.raises(ShardFormatError, match="unparsable or negative member size"):
+        next(members)

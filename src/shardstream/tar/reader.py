@@ -62,6 +62,17 @@ def _octal(field: bytes) -> int:
 
 def _parse_fields(fields: bytes) -> tuple[int, int, int]:
     """Header bytes 124-156 -> (size or -1, stored checksum or -1, byte sum of the checksum field)."""
+    # The layout tar writers use (GNU tar, Python's tarfile, ours) first: the size as 11 octal
+    # digits and a NUL, the checksum as 6 octal digits, a NUL and a space. isdigit() leaves out
+    # what int() would also accept (signs, spaces, underscores) and int() refuses an 8 or a 9,
+    # so this reads exactly what the strict parse below reads, in under half its time (a JPEG
+    # shard's headers rarely repeat, so most of them are parsed).
+    size_digits, check_digits = fields[:11], fields[24:30]
+    if fields[11] == 0 and fields[30:32] == b"\x00 " and size_digits.isdigit() and check_digits.isdigit():
+        try:
+            return int(size_digits, 8), int(check_digits, 8), sum(check_digits) + 32
+        except ValueError:  # an 8 or a 9: the strict parse says what is wrong
+            pass
     size_field, checksum_field = fields[:12], fields[24:32]
     try:
         size = _octal(size_field)
