@@ -151,11 +151,7 @@ def _simplejpeg_header(simplejpeg: ModuleType) -> Callable[[bytes], tuple[int, i
         # Pillow handle those so the output never depends on which backend is installed.
         if not plain:
             return None
-        # Pillow's bomb check before decode_jpeg allocates the declared size; the call only
-        # when the limit is near (the call costs ~0.3 us a sample; MAX_IMAGE_PIXELS may change).
-        limit = image.MAX_IMAGE_PIXELS if image is not None else None
-        if limit is None or width * height > limit:
-            check_pixels(width, height, image)
+        check_pixels(width, height, image)  # before decode_jpeg allocates the declared size
         return height, width
 
     return header
