@@ -15,7 +15,6 @@ above, not on this test.
 
 from __future__ import annotations
 
-import io
 import json
 import random
 import sys
@@ -29,7 +28,6 @@ import pytest
 from _loader_cases import write_shards
 
 import shardstream as ss
-from shardstream.compat.writer import TarWriter
 
 ROUNDS = 3
 
@@ -114,25 +112,11 @@ def test_batches_skips_and_positions_are_the_one_thread_ones(text_urls: list[str
 # -- JPEGs decoded straight into the batches, rows shared out between the pool threads ------------
 
 
-def _jpeg(rng: np.random.Generator, size: tuple[int, int]) -> bytes:
-    image = pytest.importorskip("PIL.Image")
-    out = io.BytesIO()
-    image.fromarray(rng.integers(0, 255, (*size, 3), dtype=np.uint8)).save(out, format="JPEG", quality=85)
-    return out.getvalue()
-
-
 @pytest.fixture(scope="module")
 def jpeg_urls(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
-    root = tmp_path_factory.mktemp("interleave_jpegs")
-    rng = np.random.default_rng(5)
-    urls = []
-    for s, count in enumerate((23, 17, 31)):
-        url = str(root / f"shard-{s}.tar")
-        with TarWriter(url) as sink:
-            for i in range(count):
-                sink.write({"__key__": f"s{s}_{i:04d}", "jpg": _jpeg(rng, (48, 64)), "cls": str(i).encode()})
-        urls.append(url)
-    return urls
+    from test_loader_fill import _write  # its shards: 39 JPEG + cls samples in 3 shards
+
+    return _write(tmp_path_factory.mktemp("interleave_jpegs"))
 
 
 def _jpeg_pipeline(urls: list[str]) -> Any:
@@ -147,7 +131,7 @@ def test_rows_decoded_into_shared_batches_are_each_written_once(
     from shardstream.decoders import image as image_module
 
     eager = [(np.asarray(x), int(y)) for x, y in _jpeg_pipeline(jpeg_urls)]
-    assert len(eager) == 71
+    assert len(eager) == 39
     fill = image_module.ImageHandler._fill
     fills = []
 
