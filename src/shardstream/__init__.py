@@ -83,6 +83,7 @@ if _TYPE_CHECKING:
         StateError,
         TransientSourceError,
         UnsafeOperationError,
+        UnsafePathError,
         WorkerStuckError,
     )
     from .handlers import (
@@ -160,7 +161,7 @@ _MODULES: dict[str, str] = {
         "AccessDeniedError CacheError CacheLockTimeout ConfigurationError DecodingError IndexFormatError "
         "MissingFieldError ObjectChangedError PipeCommandError ShardFormatError ShardNotFoundError "
         "ShardStreamError SourceError SplitError StateError TransientSourceError UnsafeOperationError "
-        "WorkerStuckError"
+        "UnsafePathError WorkerStuckError"
     ),
     "shardstream.handlers": (
         "ignore_and_continue ignore_and_stop reraise_exception warn_and_continue warn_and_stop"
@@ -286,6 +287,7 @@ __all__ += [
     "StateError",
     "TransientSourceError",
     "UnsafeOperationError",
+    "UnsafePathError",
     "WorkerStuckError",
 ]
 # WebDataset 1.0.2's top-level names and submodules, for ``import shardstream as wds``: thin

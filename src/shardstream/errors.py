@@ -11,7 +11,8 @@ clauses written for WebDataset keep working::
     ├── ConfigurationError (ValueError)      bad argument or spec; the message says the fix
     │   ├── SplitError                       fewer shards than ranks x workers, and similar
     │   ├── StateError                       a saved state cannot be restored (mismatch, unsupported stage)
-    │   └── IndexFormatError                 a shard index or offsets sidecar is truncated, corrupt or missing
+    │   ├── IndexFormatError                 a shard index or offsets sidecar is truncated, corrupt or missing
+    │   └── UnsafePathError                  a key, member or URL would become a path outside its directory
     ├── SourceError (OSError)                opening or reading a URL failed
     │   ├── ShardNotFoundError (FileNotFoundError)  404 / missing file / unknown bucket
     │   ├── AccessDeniedError (PermissionError)     401 / 403 / bad credentials
@@ -29,6 +30,7 @@ are passed through :func:`redact_url` before they are formatted.
 from __future__ import annotations
 
 import re
+from typing import Any
 from urllib.parse import unquote
 
 __all__ = [
@@ -49,6 +51,7 @@ __all__ = [
     "StateError",
     "TransientSourceError",
     "UnsafeOperationError",
+    "UnsafePathError",
     "WorkerStuckError",
     "redact_url",
 ]
@@ -208,6 +211,38 @@ class IndexFormatError(ConfigurationError):
     """A shard index (``_info.json``) or an offsets sidecar cannot be read: truncated, corrupt,
     written for other shards, or listed but missing. The message names the file and how to
     rewrite it (``shardstream index``)."""
+
+
+class UnsafePathError(ConfigurationError):
+    """A name from data (a sample key, a tar member, an index entry, a name made from a URL)
+    cannot become a file path under its destination directory: it is empty or absolute, has a
+    ``..`` or empty component, or holds NUL (see :mod:`shardstream.paths`). Raised before anything
+    is written under that name.
+
+    Attributes:
+        name: the refused name.
+        url: the shard, index or URL it came from (credentials removed), or ``None``.
+        reason: why it is refused.
+    """
+
+    def __init__(self, what: str, *, name: str, reason: str, url: object = None, fix: str) -> None:
+        self.name = name
+        self.url = redact_url(url) if url is not None else None
+        self.reason = reason
+        where = f" in {self.url}" if self.url is not None else ""
+        super().__init__(f"{what} {name!r}{where} {reason}. {fix}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickle's default calls the class with ``args`` alone, which the keyword-only arguments
+        # refuse; rebuilt from its state instead, it can travel from a worker process or Ray task.
+        return (_restore, (type(self), self.args, self.__dict__))
+
+
+def _restore(cls: type[BaseException], args: tuple[Any, ...], state: dict[str, Any]) -> BaseException:
+    error = cls.__new__(cls, *args)
+    error.args = args
+    error.__dict__.update(state)
+    return error
 
 
 class SourceError(ShardStreamError, OSError):

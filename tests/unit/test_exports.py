@@ -47,6 +47,7 @@ def test_all_is_sorted_and_complete() -> None:
         "testing",
         "malloc",
         "optional",
+        "paths",
         "net",
         "telemetry",
         "readers",

@@ -17,6 +17,7 @@ import urllib.parse
 from collections.abc import Callable
 
 from ..errors import ConfigurationError, redact_url
+from ..paths import check_relative_path
 
 __all__ = ["NameFunction", "cache_name", "check_name", "pipe_cleaner", "url_to_cache_name"]
 
@@ -79,8 +80,12 @@ def cache_name(url: str) -> str:
     if scheme in ("abfs", "abfss") and parts.username:
         # abfs[s]://container@account.dfs.core.windows.net/key: the user part is the container
         host = f"{parts.username}@{host}"
-    if parts.port is not None:
-        host = f"{host}_{parts.port}"
+    try:
+        port: int | str | None = parts.port
+    except ValueError:  # not a number ("h:x"): such a URL opens nowhere, but naming it must not fail
+        port = parts.netloc.rpartition(":")[2]
+    if port is not None:
+        host = f"{host}_{port}"
     path = [p for p in parts.path.split("/") if p]
     if not path:
         path = ["%00"]
@@ -93,19 +98,28 @@ def cache_name(url: str) -> str:
     return name
 
 
+_NAME_FIX = (
+    "A cache name must be a relative path without empty, '.', '..' or dot-prefixed components (they "
+    "could escape the cache directory or clash with its bookkeeping). Return something like "
+    "'bucket/shard-000.tar', or leave url_to_name unset to use the default naming"
+)
+
+
 def check_name(name: str, url: str = "") -> str:
-    """Validate a relative cache name from a user's ``url_to_name``; returns it normalised."""
+    """Validate a relative cache name from a user's ``url_to_name``; returns it normalised.
+
+    The path check is :func:`shardstream.paths.check_relative_path`'s; on top of it the cache
+    refuses ``.`` and dot-prefixed components, which could clash with its ``.shardstream``
+    bookkeeping. (:func:`cache_name` needs no check: it percent-encodes every separator and
+    escapes ``.``/``..``, so no URL gives an unsafe name.)
+    """
     if "://" in name or name.startswith("pipe:"):
         return cache_name(name)  # e.g. url_to_name=pipe_cleaner returns a URL: name it properly
-    norm = name.replace(os.sep, "/").strip("/")
-    parts = norm.split("/")
-    if not norm or os.path.isabs(name) or any(p in ("", ".", "..") or p.startswith(".") for p in parts):
-        raise ConfigurationError(
-            f"url_to_name returned {name!r} for {redact_url(url)}: a cache name must be a relative "
-            "path without empty, '.', '..' or dot-prefixed components (they could escape the cache "
-            "directory or clash with its bookkeeping). Return something like 'bucket/shard-000.tar', "
-            "or leave url_to_name unset to use the default naming."
-        )
+    what = f"url_to_name returned {name!r} for {redact_url(url)}:"
+    check_relative_path(name, what=what + " the cache name", fix=_NAME_FIX)
+    norm = name.replace(os.sep, "/")
+    if any(p == "." or p.startswith(".") for p in norm.split("/")):
+        raise ConfigurationError(f"{what} the cache name has a '.' or dot-prefixed component. {_NAME_FIX}.")
     return norm
 
 
@@ -120,5 +134,17 @@ def url_to_cache_name(url: str, ndir: int = 0) -> str:
     parsed = urllib.parse.urlparse(url)
     if parsed.scheme in ("", "file", "http", "https", "ftp", "ftps", "gs", "s3", "ais"):
         components = parsed.path.lstrip("/").split("/")
-        return "/".join(components[-1 - ndir :])
+        name = "/".join(components[-1 - ndir :])
+        if name:  # "" (a URL without a path) names no file; WebDataset returns it too
+            check_relative_path(
+                name,
+                what=f"url_to_cache_name(ndir={ndir}) gives the cache name",
+                url=url,
+                fix=(
+                    "Name the shard by a URL without '..' or empty path components, or use the "
+                    "default cache naming (cache_name), which encodes any URL safely"
+                ),
+            )
+        return name
+    # Every '/' is percent-encoded: one component, and never '.' or '..' (the URL has a scheme).
     return urllib.parse.quote(url, safe="_+{}*,-")[-128:]

@@ -10,7 +10,10 @@ run ends or fails), not one rewrite of the whole index per shard. Objects are re
 same fetch-ahead engine as ``ObjectStream``.
 
 ``unpack`` writes every member of the shards back as one object per field,
-``DST/{key}.{ext}``, plus a ``_manifest.jsonl`` (for debugging sets and round trips).
+``DST/{key}.{ext}``, plus a ``_manifest.jsonl`` (for debugging sets and round trips). A member
+whose name is absolute, has a ``..`` or empty component, or holds NUL stops it before anything is
+written under that name (:mod:`shardstream.paths`); links in a shard are never members (the reader
+yields regular files only), so none is created.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ..errors import ConfigurationError, redact_url
+from ..paths import check_relative_path
 
 __all__ = ["add_arguments", "add_unpack_arguments", "plan_shards", "run", "run_unpack"]
 
@@ -153,6 +157,11 @@ def pack(
 
     if shard_size <= 2 * _BLOCK:
         raise ConfigurationError(f"--shard-size {shard_size} is too small for a tar shard")
+    check_relative_path(
+        f"{prefix}-000000.tar",
+        what="--prefix makes the shard name",
+        fix="Pass a plain name prefix such as 'train' and put directories in DST",
+    )
     table = open_table(src, manifest, storage_options, None)
     sizes = [[table.manifest.sizes[j] for _, j in fields] for fields in table.fields]
     shards = plan_shards(sizes, shard_size)
@@ -255,8 +264,30 @@ def _fields(sample: dict[str, Any]) -> Iterator[tuple[str, bytes]]:
             yield ext, bytes(value)
 
 
+def _check_member(sample: dict[str, Any], ext: str) -> None:
+    """Refuse a sample whose object name ``{key}.{ext}`` could land outside DST (``../``, an
+    absolute key, an empty component, NUL), naming the shard it came from."""
+    key = sample["__key__"]
+    check_relative_path(
+        f"{key}.{ext}",
+        what="member",
+        url=sample.get("__url__"),
+        fix=(
+            "unpack writes each member under DST, so it stopped before writing this sample: rename "
+            f"the sample (its __key__ {key!r}) to a relative key without '..', empty components or "
+            "NUL, and re-pack the shard"
+        ),
+    )
+
+
 def unpack(src: str, dst: str, *, storage_options: dict[str, Any] | None = None) -> tuple[int, int]:
-    """Write every sample of the shards ``src`` as objects ``dst/{key}.{ext}``."""
+    """Write every sample of the shards ``src`` as objects ``dst/{key}.{ext}``.
+
+    Raises:
+        UnsafePathError: a member's name is absolute, has a ``..`` or empty component, or holds
+            NUL (it would be written outside ``dst`` or under another name); the samples before it
+            are written, it and the rest are not.
+    """
     from ..datasets.dataset import Dataset
     from ..objects import MANIFEST_NAME, Manifest
     from ..sources import create_url
@@ -267,7 +298,10 @@ def unpack(src: str, dst: str, *, storage_options: dict[str, Any] | None = None)
     count = 0
     for sample in Dataset(src, shuffle_shards=False, cache=None, storage_options=storage_options):
         count += 1
-        for ext, data in _fields(sample):
+        fields = list(_fields(sample))
+        for ext, _ in fields:  # every field checked before any is written
+            _check_member(sample, ext)
+        for ext, data in fields:
             key = f"{sample['__key__']}.{ext}"
             url = f"{dst}/{key}"
             if "://" not in url:

@@ -31,6 +31,7 @@ import numpy.typing as npt
 
 from ..errors import IndexFormatError, ShardNotFoundError, redact_url
 from ..forks import GatedExecutor
+from ..paths import check_relative_path
 from ..sources import create_url, open_url
 
 __all__ = [
@@ -56,7 +57,21 @@ Offsets = npt.NDArray[np.int64]
 
 
 def sidecar_url(directory: str, name: str) -> str:
-    """The sidecar of shard ``name`` whose index lies in ``directory`` (``""``: the current one)."""
+    """The sidecar of shard ``name`` whose index lies in ``directory`` (``""``: the current one).
+
+    Raises:
+        UnsafePathError: ``name`` (an index entry, which is data) is empty or absolute, has a
+            ``..`` or empty component, or holds NUL: its sidecar would lie outside ``_offsets/``.
+    """
+    check_relative_path(
+        name,
+        what="index entry",
+        url=directory or ".",
+        fix=(
+            "Its offsets sidecar would lie outside _offsets/; an entry names a shard beside the index "
+            f"(its basename): rewrite the index with `shardstream index {redact_url(directory or '.')}`"
+        ),
+    )
     return f"{directory.rstrip('/')}/{SIDECAR_DIR}/{name}.bin" if directory else f"{SIDECAR_DIR}/{name}.bin"
 
 

@@ -10,6 +10,8 @@ so a shard's size is exactly the sum of :meth:`TarWriter.write` results plus 102
 
 Keys are validated because the reader splits member names at the first dot of the basename: a
 key such as ``"img.001"`` would silently come back as key ``"img"`` with field ``"001.jpg"``.
+Member names must also be safe relative paths (no leading ``/``, no ``..`` or empty component,
+no NUL), since extracting a shard writes each member under a directory by its name.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from types import TracebackType
 from typing import IO, Any, BinaryIO, Literal, Protocol, cast, runtime_checkable
 
 from ..errors import ConfigurationError
+from ..paths import check_relative_path
 from ..sources import create_url
 from .encoders import EncoderSpec, make_encoder
 from .index import IndexEntry
@@ -42,14 +45,28 @@ _FORMATS = {"ustar": tarfile.USTAR_FORMAT, "gnu": tarfile.GNU_FORMAT, "pax": tar
 Bytes = bytes | bytearray | memoryview
 
 
-def check_key(key: object) -> str:
-    """Return ``key`` if it can be a sample key, else raise ConfigurationError saying why."""
+#: The fix an unsafe key's or member's error ends with.
+_RELATIVE_KEY = (
+    "Give the sample a relative key without '..', empty components or NUL, such as 'train/000001': "
+    "a shard whose member names cannot be unpacked under a directory is not written"
+)
+
+
+def check_key(key: object, *, shard: object = None) -> str:
+    """Return ``key`` if it can be a sample key, else raise ConfigurationError saying why.
+
+    Besides the dot rule (see the module doc), a key must be a safe relative path (no leading
+    ``/``, no ``..`` or empty component, no NUL; :mod:`shardstream.paths`): ``unpack`` and any
+    tar extractor write each member under a directory by its name. ``shard`` (the shard being
+    written) is named in the message when given.
+    """
     if not isinstance(key, str):
         raise ConfigurationError(
             f"sample __key__={key!r} is a {type(key).__name__}; keys must be str (e.g. f'{{index:08d}}')"
         )
     if not key:
         raise ConfigurationError("sample __key__ is empty; give every sample a unique non-empty key")
+    check_relative_path(key, what="sample __key__", url=shard, fix=_RELATIVE_KEY)
     basename = key.rpartition("/")[2]
     if "." in basename:
         misread = key[: len(key) - len(basename)] + basename.split(".")[0]
@@ -204,7 +221,7 @@ class TarWriter:
                 f"sample with fields {sorted(sample)} has no '__key__'; add a unique key such as "
                 "{'__key__': f'{index:08d}', ...}"
             )
-        key = check_key(sample["__key__"])
+        key = check_key(sample["__key__"], shard=self.name)
         encoded = self.encoder(dict(sample))
         mtime = 0 if self.mtime is None else int(self.mtime)
         members: list[tuple[bytes, Bytes]] = []
@@ -227,7 +244,14 @@ class TarWriter:
             if isinstance(value, memoryview):
                 value = value.cast("B") if value.ndim != 1 or value.format != "B" else value
             size = len(value)
-            info = tarfile.TarInfo(f"{key}.{field}")
+            # The key is safe; a field holding '/' or NUL could still make the name unsafe.
+            name = check_relative_path(
+                f"{key}.{field}",
+                what=f"member (field {field!r} of sample {key!r})",
+                url=self.name,
+                fix="Name the field by its extension, without '/' or NUL",
+            )
+            info = tarfile.TarInfo(name)
             info.size = size
             info.mtime = mtime
             info.mode = self.mode
