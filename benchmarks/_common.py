@@ -31,6 +31,7 @@ __all__ = [
     "dataset_bytes",
     "machine_line",
     "measure",
+    "not_client",
     "paired_ratio",
     "run_alternating",
     "shard_paths",
@@ -58,11 +59,22 @@ def children(pid: int) -> list[int]:
     return found
 
 
+#: Live helper processes of the benchmark itself (the memory sampler of ``_rss``): not the client.
+_NOT_CLIENT: set[int] = set()
+
+
+def not_client(pid: int) -> None:
+    """Leave the live child ``pid`` out of :func:`cpu_seconds` (a helper of the benchmark that
+    runs this Python, such as the memory sampler, kept for the whole run)."""
+    _NOT_CLIENT.add(pid)
+
+
 def _live_children_cpu(pid: int) -> float:
     """CPU seconds of ``pid``'s live descendants running this Python (forked DataLoader workers,
     persistent ones included), from ``/proc``; 0 where there is no ``/proc``. Other programs
-    (the S3 server a benchmark starts, which is not the client) are left out; short-lived tools
-    (curl, s5cmd) are counted once they are reaped."""
+    (the S3 server a benchmark starts, which is not the client) and the benchmark's own helpers
+    (:func:`not_client`) are left out; short-lived tools (curl, s5cmd) are counted once they are
+    reaped."""
     total = 0.0
     try:
         exe = os.readlink("/proc/self/exe")
@@ -70,6 +82,8 @@ def _live_children_cpu(pid: int) -> float:
         return 0.0
     ticks = os.sysconf("SC_CLK_TCK")
     for child in children(pid):
+        if child in _NOT_CLIENT:
+            continue
         try:
             if os.readlink(f"/proc/{child}/exe") != exe:
                 continue
