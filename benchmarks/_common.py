@@ -135,20 +135,39 @@ class Measurement:
         return self.cpu / (self.nbytes / 1e9) if self.nbytes else float("nan")
 
 
-def measure(run: Callable[[], int], nbytes: int = 0, *, min_time: float = 0.0) -> Measurement:
+def measure(run: Callable[[], int | Measurement], nbytes: int = 0, *, min_time: float = 0.0) -> Measurement:
     """Time ``run()`` (one pass; returns the samples it consumed) in wall and CPU seconds.
 
     The pass is repeated until ``min_time`` seconds have elapsed, so that a fast contender is not
     timed over a few tens of milliseconds (where scheduler noise on a shared machine dominates);
     a slow one runs once. Rates are per pass, so repeating does not favour either side.
+
+    A ``run`` that times itself returns its own :class:`Measurement` instead (its passes, wall and
+    CPU: e.g. ``_curl.WarmCurl``, which leaves out a warm-up inside the call); those are added up
+    until they reach ``min_time``, and ``nbytes`` is not used.
     """
     c0, t0 = cpu_seconds(), time.perf_counter()
     n = passes = 0
+    timed: list[Measurement] = []
     while True:
-        n += run()
+        got = run()
+        if isinstance(got, Measurement):
+            timed.append(got)
+            if sum(m.wall for m in timed) >= min_time:
+                break
+            continue
+        n += got
         passes += 1
         if time.perf_counter() - t0 >= min_time:
             break
+    if timed:
+        return Measurement(
+            sum(m.samples for m in timed),
+            sum(m.wall for m in timed),
+            sum(m.cpu for m in timed),
+            sum(m.nbytes for m in timed),
+            sum(m.passes for m in timed),
+        )
     t1, c1 = time.perf_counter(), cpu_seconds()
     return Measurement(n, t1 - t0, c1 - c0, nbytes * passes, passes)
 
@@ -181,7 +200,7 @@ def paired_ratio(a: Side, b: Side, metric: Callable[[Measurement], float]) -> tu
 
 
 def run_alternating(
-    cases: Sequence[tuple[str, Callable[[], int]]],
+    cases: Sequence[tuple[str, Callable[[], int | Measurement]]],
     *,
     rounds: int,
     nbytes: int = 0,
@@ -195,7 +214,8 @@ def run_alternating(
     The order flips every round (A B, B A, A B, ...) so neither side always runs right after the
     other's garbage or page-cache effects. Each measurement lasts at least ``min_time`` seconds
     (see :func:`measure`). With ``warmup``, every case first runs one unmeasured pass (imports,
-    client set-up, first connections, page cache).
+    client set-up, first connections, page cache; a self-timed case's first call, which it may use
+    to calibrate itself).
     """
     sides = [Side(name) for name, _ in cases]
     if warmup:
