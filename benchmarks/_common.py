@@ -31,6 +31,7 @@ __all__ = [
     "dataset_bytes",
     "machine_line",
     "measure",
+    "not_client",
     "paired_ratio",
     "run_alternating",
     "shard_paths",
@@ -58,11 +59,22 @@ def children(pid: int) -> list[int]:
     return found
 
 
+#: Live helper processes of the benchmark itself (the memory sampler of ``_rss``): not the client.
+_NOT_CLIENT: set[int] = set()
+
+
+def not_client(pid: int) -> None:
+    """Leave the live child ``pid`` out of :func:`cpu_seconds` (a helper of the benchmark that
+    runs this Python, such as the memory sampler, kept for the whole run)."""
+    _NOT_CLIENT.add(pid)
+
+
 def _live_children_cpu(pid: int) -> float:
     """CPU seconds of ``pid``'s live descendants running this Python (forked DataLoader workers,
     persistent ones included), from ``/proc``; 0 where there is no ``/proc``. Other programs
-    (the S3 server a benchmark starts, which is not the client) are left out; short-lived tools
-    (curl, s5cmd) are counted once they are reaped."""
+    (the S3 server a benchmark starts, which is not the client) and the benchmark's own helpers
+    (:func:`not_client`) are left out; short-lived tools (curl, s5cmd) are counted once they are
+    reaped."""
     total = 0.0
     try:
         exe = os.readlink("/proc/self/exe")
@@ -70,6 +82,8 @@ def _live_children_cpu(pid: int) -> float:
         return 0.0
     ticks = os.sysconf("SC_CLK_TCK")
     for child in children(pid):
+        if child in _NOT_CLIENT:
+            continue
         try:
             if os.readlink(f"/proc/{child}/exe") != exe:
                 continue
@@ -121,20 +135,39 @@ class Measurement:
         return self.cpu / (self.nbytes / 1e9) if self.nbytes else float("nan")
 
 
-def measure(run: Callable[[], int], nbytes: int = 0, *, min_time: float = 0.0) -> Measurement:
+def measure(run: Callable[[], int | Measurement], nbytes: int = 0, *, min_time: float = 0.0) -> Measurement:
     """Time ``run()`` (one pass; returns the samples it consumed) in wall and CPU seconds.
 
     The pass is repeated until ``min_time`` seconds have elapsed, so that a fast contender is not
     timed over a few tens of milliseconds (where scheduler noise on a shared machine dominates);
     a slow one runs once. Rates are per pass, so repeating does not favour either side.
+
+    A ``run`` that times itself returns its own :class:`Measurement` instead (its passes, wall and
+    CPU: e.g. ``_curl.WarmCurl``, which leaves out a warm-up inside the call); those are added up
+    until they reach ``min_time``, and ``nbytes`` is not used.
     """
     c0, t0 = cpu_seconds(), time.perf_counter()
     n = passes = 0
+    timed: list[Measurement] = []
     while True:
-        n += run()
+        got = run()
+        if isinstance(got, Measurement):
+            timed.append(got)
+            if sum(m.wall for m in timed) >= min_time:
+                break
+            continue
+        n += got
         passes += 1
         if time.perf_counter() - t0 >= min_time:
             break
+    if timed:
+        return Measurement(
+            sum(m.samples for m in timed),
+            sum(m.wall for m in timed),
+            sum(m.cpu for m in timed),
+            sum(m.nbytes for m in timed),
+            sum(m.passes for m in timed),
+        )
     t1, c1 = time.perf_counter(), cpu_seconds()
     return Measurement(n, t1 - t0, c1 - c0, nbytes * passes, passes)
 
@@ -167,7 +200,7 @@ def paired_ratio(a: Side, b: Side, metric: Callable[[Measurement], float]) -> tu
 
 
 def run_alternating(
-    cases: Sequence[tuple[str, Callable[[], int]]],
+    cases: Sequence[tuple[str, Callable[[], int | Measurement]]],
     *,
     rounds: int,
     nbytes: int = 0,
@@ -181,7 +214,8 @@ def run_alternating(
     The order flips every round (A B, B A, A B, ...) so neither side always runs right after the
     other's garbage or page-cache effects. Each measurement lasts at least ``min_time`` seconds
     (see :func:`measure`). With ``warmup``, every case first runs one unmeasured pass (imports,
-    client set-up, first connections, page cache).
+    client set-up, first connections, page cache; a self-timed case's first call, which it may use
+    to calibrate itself).
     """
     sides = [Side(name) for name, _ in cases]
     if warmup:

@@ -8,10 +8,10 @@ runs once per round in alternating order (``--rounds``), every pass reading the 
 * **ceiling**: the JPEGs already in memory, half decoded by each of 2 forked processes with no
   pipeline, their two rates added (``ceiling_rate``: the cores' speeds differ at times on this host);
 * **webdataset 1.0.2 + DataLoader(2 workers)**: its pipeline with the same decoder as ours;
-* **SPDL 0.8.0**: ``spdl.pipeline.PipelineBuilder`` as its getting-started guide builds one:
-  our tar reader (``ss.Dataset``, no decoding) as the source of (jpeg bytes, label) samples,
-  ``pipe(decode, concurrency=num_threads)``, ``aggregate(32)``, ``pipe(default_collate)``,
-  ``add_sink``, ``build(num_threads=num_threads)``; skipped, with an install hint, without spdl;
+* **SPDL 0.8.0** as its documentation builds an image loader (``_spdl.py``): its own tar parser
+  (``spdl.io.iter_tarfile``), its own decoder (``spdl.io``: FFmpeg's) with
+  ``concurrency=num_threads``, ``aggregate(32)``, one batch copy by ``spdl.io.convert_frames``;
+  skipped, with a note and an install hint, without spdl or without FFmpeg's libraries;
 * **shardstream WebLoader(2 workers)**: today's torch DataLoader path;
 * **ss.Loader, threads**: one process, ``num_threads`` threads for the per-sample stages;
 * **ss.Loader, processes**: 2 worker processes (persistent, as the default);
@@ -21,8 +21,9 @@ runs once per round in alternating order (``--rounds``), every pass reading the 
 * **reference, samples in memory** (simplejpeg only): the thread-mode decode-stage row over the
   raw samples already in memory (``DataPipeline`` over a list): the engine without the tar reader.
 
-Every side decodes with the same function (``--decoder simplejpeg`` or ``pillow``), applied as a
-``map_dict`` (SPDL: a ``pipe``) on the raw ``jpg`` bytes, so the differences are the engines.
+Every side but SPDL decodes with the same function (``--decoder simplejpeg`` or ``pillow``),
+applied as a ``map_dict`` on the raw ``jpg`` bytes, so the differences are the engines; the report
+gives SPDL's decoder's CPU per image next to that function's.
 With simplejpeg, two more rows run ss.Loader (threads, processes) over shardstream's own
 ``decode("rgb8", jpeg_backend="simplejpeg")`` stage, the same library: a map's function returns
 its own array, which collation copies into the batch, while the decode stage lets the loader
@@ -44,8 +45,9 @@ webdataset's engine around our decoder. The reference is WebLoader.
 
 Every case first runs one unmeasured pass (``--no-warmup`` skips it). Reported per section:
 samples (clips) per second (median over rounds and passes), the ratio to the reference, time from
-``iter()`` to the first batch, and the peak RSS of the whole process tree (sampled every 20 ms by
-a separate process, ``_rss.py``, so that the sampling takes no GIL from the loaders measured). In
+``iter()`` to the first batch, and the peak PSS and RSS of the whole process tree (``MEMORY_NOTE``;
+sampled by a separate process, ``_rss.py``, so that the sampling takes no GIL from the loaders
+measured, and once more after a round's last pass, untimed). In
 the images section the ceiling is measured again just before every case's round and each case's
 share of it is the median over rounds of the round's rate over that ceiling (the host's speed
 drifts by 20-30% within a run).
@@ -64,9 +66,10 @@ import json
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -81,12 +84,19 @@ from _common import (  # noqa: E402
     machine_line,
     shard_paths,
 )
-from _rss import TreeRss  # noqa: E402
+from _rss import PSS_SHARE, TreeMemory  # noqa: E402
 
 BATCH = 32
 COUNT = 2_000
 SECTIONS = ("images", "tiny", "video")
-SPDL_HINT = ".venv/bin/pip install spdl==0.8.0"
+MEMORY_NOTE = (
+    "Memory: the peak over a round of the sum over the process tree (this process and its workers) "
+    "of PSS (`/proc/PID/smaps_rollup`: a page shared by N processes counts 1/N in each, so what "
+    "forked workers share with their parent counts once) and, beside it, of RSS (which counts a "
+    "shared page in every process); the largest round is shown. Sampled by a separate process: "
+    f"RSS every 20 ms, PSS as often as keeps that process under {PSS_SHARE:.0%} of one core, and "
+    "both once after the round's last pass (untimed)"
+)
 
 #: tiny section: (samples, shards) by default.
 TINY = (50_000, 10)
@@ -211,19 +221,23 @@ class ClipSample:
 
 
 class Case:
-    """A loader made once per round; a pass iterates it once (workers persist between passes)."""
+    """A loader made once per round; a pass iterates it once (workers persist between passes).
+    ``notes``: lines the report prints under its section's heading (how a peer is built)."""
 
-    def __init__(self, name: str, make: Callable[[], Any], expect: int = COUNT) -> None:
-        self.name, self.make, self.expect = name, make, expect
+    def __init__(
+        self, name: str, make: Callable[[], Any], expect: int = COUNT, notes: tuple[str, ...] = ()
+    ) -> None:
+        self.name, self.make, self.expect, self.notes = name, make, expect, notes
         self.rates: list[float] = []
         self.first: list[float] = []
-        self.rss: list[int] = []
+        self.pss: list[int] = []  # the peak PSS of the process tree in each round
+        self.rss: list[int] = []  # the peak RSS of the process tree in each round
         self.ceilings: list[float] = []  # the ceiling measured just before each of its rounds
 
     def warm_up(self) -> None:
-        """One unmeasured pass of a loader made for it, with the RSS sampler running as in a
+        """One unmeasured pass of a loader made for it, with the memory sampler running as in a
         round (imports, the page cache and shardstream's forkserver start land here)."""
-        with TreeRss():
+        with TreeMemory():
             loader = self.make()
             try:
                 for _ in loader:
@@ -232,7 +246,7 @@ class Case:
                 shut(loader)
 
     def round(self, passes: int) -> None:
-        with TreeRss() as rss:
+        with TreeMemory() as memory:
             loader = self.make()
             try:
                 for _ in range(passes):
@@ -247,9 +261,21 @@ class Case:
                         raise RuntimeError(f"{self.name} yielded {n} samples, expected {self.expect}")
                     self.rates.append(n / wall)
                     self.first.append(first or 0.0)
+                # One reading of the whole tree's PSS besides the sampler's own (see _rss), with
+                # the loader and its workers still alive; after the last pass, so that a loader
+                # that prefetches the next epoch gains no head start on a timed pass.
+                memory.sample()
             finally:
                 shut(loader)
-        self.rss.append(rss.peak)
+        self.pss.append(memory.pss)
+        self.rss.append(memory.rss)
+
+
+class Skipped(NamedTuple):
+    """A row left out of a run (an optional peer that is not installed): the report says why."""
+
+    name: str
+    why: str
 
 
 def shut(loader: Any) -> None:
@@ -265,132 +291,186 @@ def shut(loader: Any) -> None:
             running._shutdown_workers()
 
 
-class SpdlLoader:
-    """An SPDL pipeline over a re-iterable source (``continuous=True``): each ``iter()`` is one
-    epoch (``Pipeline.get_iterator``), as the other loaders' persistent workers; ``close()`` stops
-    its threads."""
-
-    def __init__(self, pipeline: Any) -> None:
-        self.pipeline = pipeline
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self.pipeline.get_iterator())
-
-    def close(self) -> None:
-        self.pipeline.stop()
+# ------------------------------------------------------------------------------------------------
+# The images section's rows
 
 
-def spdl_case(urls: list[str], decode: Callable[[bytes], Any], threads: int) -> Case | None:
-    """SPDL 0.8.0's PipelineBuilder over ``ss.Dataset`` (no decoding) as the source; None without spdl."""
-    try:
-        from spdl.pipeline import PipelineBuilder
-    except ImportError as exc:
-        print(f"SPDL row skipped: spdl.pipeline is not importable ({exc}); install it with `{SPDL_HINT}`")
-        return None
-    from torch.utils.data import default_collate
+@dataclass(frozen=True)
+class Images:
+    """What every row of the images section is built from."""
 
+    urls: list[str]
+    decoder: str  # "simplejpeg" or "pillow": the library of ``decode``
+    decode: Callable[[bytes], Any]  # the same function on every side but SPDL's (its own decoder)
+    threads: int
+
+
+def _ours(images: Images) -> Any:
     import shardstream as ss
 
-    def decode_sample(sample: tuple[Any, Any]) -> tuple[Any, Any]:
-        jpg, cls = sample
-        return decode(jpg), cls
-
-    def make() -> SpdlLoader:
-        source = ss.Dataset(urls, shuffle_shards=False).to_tuple("jpg", "cls")
-        pipeline = (
-            PipelineBuilder()
-            .add_source(source, continuous=True)
-            .pipe(decode_sample, concurrency=threads)
-            .aggregate(BATCH)
-            .pipe(default_collate)
-            .add_sink(3)
-            .build(num_threads=threads)
-        )
-        return SpdlLoader(pipeline)
-
-    return Case(f"SPDL 0.8.0, {threads} threads", make)
+    return ss.Dataset(images.urls, shuffle_shards=False).map_dict(jpg=images.decode).to_tuple("jpg", "cls")
 
 
-def image_cases(
-    urls: list[str], decode: Callable[[bytes], Any], threads: int, decoder: str = "simplejpeg"
-) -> list[Case]:
+def _two_workers() -> dict[str, Any]:
+    return {"batch_size": BATCH, "num_workers": 2, "persistent_workers": True}
+
+
+def webdataset_row(images: Images) -> Case:
     import webdataset
     from torch.utils.data import DataLoader
 
+    def theirs() -> Any:
+        dataset = webdataset.WebDataset(images.urls, shardshuffle=False)
+        return dataset.map_dict(jpg=images.decode).to_tuple("jpg", "cls")
+
+    return Case("webdataset 1.0.2 + DataLoader(2 workers)", lambda: DataLoader(theirs(), **_two_workers()))
+
+
+def webloader_row(images: Images) -> Case:
     import shardstream as ss
 
-    def ours() -> Any:
-        return ss.Dataset(urls, shuffle_shards=False).map_dict(jpg=decode).to_tuple("jpg", "cls")
-
-    def theirs() -> Any:
-        return webdataset.WebDataset(urls, shardshuffle=False).map_dict(jpg=decode).to_tuple("jpg", "cls")
-
-    two = {"batch_size": BATCH, "num_workers": 2, "persistent_workers": True}
-    spdl = spdl_case(urls, decode, threads)
-    return [
-        Case("webdataset 1.0.2 + DataLoader(2 workers)", lambda: DataLoader(theirs(), **two)),
-        *([spdl] if spdl is not None else []),
-        Case("shardstream WebLoader(2 workers)", lambda: ss.WebLoader(ours(), **two)),
-        Case(
-            f"ss.Loader, {threads} threads", lambda: ss.Loader(ours(), batch_size=BATCH, num_threads=threads)
-        ),
-        Case("ss.Loader, 2 processes", lambda: ss.Loader(ours(), batch_size=BATCH, num_workers=2)),
-        *(stage_cases(urls, threads) if decoder == "simplejpeg" else []),
-        *([memory_case(urls, threads)] if decoder == "simplejpeg" else []),
-        bound_case(urls, decoder, threads),
-    ]
+    return Case("shardstream WebLoader(2 workers)", lambda: ss.WebLoader(_ours(images), **_two_workers()))
 
 
-def memory_case(urls: list[str], threads: int) -> Case:
+def threads_row(images: Images) -> Case:
+    import shardstream as ss
+
+    return Case(
+        f"ss.Loader, {images.threads} threads",
+        lambda: ss.Loader(_ours(images), batch_size=BATCH, num_threads=images.threads),
+    )
+
+
+def processes_row(images: Images) -> Case:
+    import shardstream as ss
+
+    return Case("ss.Loader, 2 processes", lambda: ss.Loader(_ours(images), batch_size=BATCH, num_workers=2))
+
+
+def _staged(images: Images) -> Any:
+    """shardstream's own ``decode("rgb8")`` stage with simplejpeg, the same library as the other
+    rows' function: it decodes each JPEG straight into its row of the batch (no copy)."""
+    import shardstream as ss
+
+    dataset = ss.Dataset(images.urls, shuffle_shards=False)
+    return dataset.decode("rgb8", jpeg_backend="simplejpeg").to_tuple("jpg", "cls")
+
+
+def stage_threads_row(images: Images) -> Case | None:
+    import shardstream as ss
+
+    if images.decoder != "simplejpeg":
+        return None
+    return Case(
+        f"ss.Loader, {images.threads} threads, decode stage",
+        lambda: ss.Loader(_staged(images), batch_size=BATCH, num_threads=images.threads),
+    )
+
+
+def stage_processes_row(images: Images) -> Case | None:
+    import shardstream as ss
+
+    if images.decoder != "simplejpeg":
+        return None
+    return Case(
+        "ss.Loader, 2 processes, decode stage",
+        lambda: ss.Loader(_staged(images), batch_size=BATCH, num_workers=2),
+    )
+
+
+def memory_row(images: Images) -> Case | None:
     """A reference row: the thread-mode decode-stage row with its samples already in memory
     (``DataPipeline`` over a list of the raw sample dicts): the same stages, collation and
     threads with no tar reading, so the gap between it and the decode-stage row is the reader's."""
     import shardstream as ss
 
+    if images.decoder != "simplejpeg":
+        return None
+
     def make() -> Any:
         # Read for each round and let go with the loader, as the other reference row's JPEGs.
-        samples = [dict(sample) for sample in ss.Dataset(urls, shuffle_shards=False)]
+        samples = [dict(sample) for sample in ss.Dataset(images.urls, shuffle_shards=False)]
         pipeline = ss.DataPipeline(
             lambda: iter(samples), ss.decode("rgb8", jpeg_backend="simplejpeg"), ss.to_tuple("jpg", "cls")
         )
-        return ss.Loader(pipeline, batch_size=BATCH, num_threads=threads)
+        return ss.Loader(pipeline, batch_size=BATCH, num_threads=images.threads)
 
-    return Case(f"reference: ss.Loader, {threads} threads, decode stage, samples in memory", make)
+    return Case(f"reference: ss.Loader, {images.threads} threads, decode stage, samples in memory", make)
 
 
-def bound_case(urls: list[str], decoder: str, threads: int) -> Case:
+def bound_row(images: Images) -> Case:
     """The reference row: the JPEGs already in memory decoded on ``threads`` threads straight into
     batches in 5 reused buffers (``_ceiling.ThreadDecodeBatches``): no reading, no pipeline."""
     from _ceiling import ThreadDecodeBatches, load_jpegs
 
-    into = _decoder_into(decoder)
+    into = _decoder_into(images.decoder)
     # The JPEGs are read for each round and let go by close(): held for the whole run, they
     # would count in the memory of every other row (forked workers inherit them).
     return Case(
-        f"reference: decode only, {threads} threads, into 5 reused batches",
-        lambda: ThreadDecodeBatches(load_jpegs(urls), into, BATCH, threads),
+        f"reference: decode only, {images.threads} threads, into 5 reused batches",
+        lambda: ThreadDecodeBatches(load_jpegs(images.urls), into, BATCH, images.threads),
     )
 
 
-def stage_cases(urls: list[str], threads: int) -> list[Case]:
-    """ss.Loader with shardstream's own ``decode("rgb8")`` stage (simplejpeg, the same library as
-    the other rows' function): its JPEGs are decoded straight into the batch (no copy)."""
-    import shardstream as ss
+def decode_us(decode: Callable[[Any], Any], jpegs: list[bytes]) -> float:
+    """CPU microseconds per image of ``decode`` on this thread: the best of 3 passes over ``jpegs``."""
+    best = float("inf")
+    for _ in range(3):
+        c0 = time.thread_time()
+        for data in jpegs:
+            decode(data)
+        best = min(best, time.thread_time() - c0)
+    return best / len(jpegs) * 1e6
 
-    def staged() -> Any:
-        dataset = ss.Dataset(urls, shuffle_shards=False)
-        return dataset.decode("rgb8", jpeg_backend="simplejpeg").to_tuple("jpg", "cls")
 
-    return [
-        Case(
-            f"ss.Loader, {threads} threads, decode stage",
-            lambda: ss.Loader(staged(), batch_size=BATCH, num_threads=threads),
-        ),
-        Case(
-            "ss.Loader, 2 processes, decode stage",
-            lambda: ss.Loader(staged(), batch_size=BATCH, num_workers=2),
-        ),
-    ]
+def spdl_row(images: Images) -> Case | Skipped:
+    """SPDL 0.8.0 as its documentation builds an image loader (``_spdl``), or why it cannot run."""
+    import _spdl
+    from _ceiling import load_jpegs
+
+    jpegs = load_jpegs(images.urls[:1])
+    why = _spdl.unavailable(jpegs[0])
+    if why is not None:
+        print(f"SPDL row skipped: {why}; install: {_spdl.INSTALL}")
+        return Skipped("SPDL 0.8.0", f"{why}; row skipped (install: {_spdl.INSTALL})")
+    theirs, ours = decode_us(_spdl.decode_one, jpegs), decode_us(images.decode, jpegs)
+    threads = images.threads
+    notes = (
+        "SPDL 0.8.0 as its documentation builds an image loader (`benchmarks/_spdl.py`): each shard "
+        "read whole and split by `spdl.io.iter_tarfile`, `pipe(demux_image + decode_packets, "
+        f"concurrency={threads})`, `aggregate({BATCH})`, `pipe(convert_frames + to_torch)`, "
+        f"`add_sink(3)`, `build(num_threads={threads + 2})`; one epoch per pass (`continuous=True`)",
+        f"SPDL decodes with its own decoder (FFmpeg's, through `spdl.io`), not with {images.decoder}: "
+        f"{theirs:.0f} us of CPU per 256x256 JPEG on one thread here, against {ours:.0f} us for "
+        f"{images.decoder}; its share is of the same {images.decoder} ceiling as every row's",
+    )
+    return Case(
+        f"SPDL 0.8.0 (spdl.io decode), {threads} threads",
+        lambda: _spdl.loader(images.urls, threads, BATCH),
+        notes=notes,
+    )
+
+
+#: The images section's rows in table order: the peers, then ours, then the references. A row's
+#: factory returns its Case, a Skipped (an optional peer that is not installed) or None (a row
+#: that does not apply to this decoder). The first row is the reference of the ratios. More
+#: peers (issue 46: LitData, Mosaic Streaming, torchdata.nodes) are one factory each, after SPDL.
+IMAGE_ROWS: tuple[Callable[[Images], Case | Skipped | None], ...] = (
+    webdataset_row,
+    spdl_row,
+    webloader_row,
+    threads_row,
+    processes_row,
+    stage_threads_row,
+    stage_processes_row,
+    memory_row,
+    bound_row,
+)
+
+
+def image_cases(images: Images) -> tuple[list[Case], list[Skipped]]:
+    rows = [row(images) for row in IMAGE_ROWS]
+    return [r for r in rows if isinstance(r, Case)], [r for r in rows if isinstance(r, Skipped)]
 
 
 def tiny_cases(urls: list[str], count: int, threads: int) -> list[Case]:
@@ -548,12 +628,14 @@ def share(case: Case, passes: int) -> float:
 
 def table(cases: list[Case], unit: str, refs: list[tuple[str, Case]], passes: int = 0) -> list[str]:
     """Markdown rows: rate, share of the ceiling (when ``passes`` is given: see :func:`share`) and
-    of the run's highest ceiling, ratios to each reference, first batch and peak RSS."""
+    of the run's highest ceiling, ratios to each reference, first batch, and the peak PSS and RSS
+    of the process tree (the largest over rounds; see ``_rss``)."""
     ceiling = bool(passes)
     best = max((c for case in cases for c in case.ceilings), default=0.0)
     head = f"| loader | {unit}/s |"
     head += " share of the ceiling | share of the best ceiling |" if ceiling else ""
-    head += "".join(f" vs {label} |" for label, _ in refs) + " first batch, ms | peak RSS of the tree, MiB |"
+    head += "".join(f" vs {label} |" for label, _ in refs)
+    head += " first batch, ms | peak PSS of the tree, MiB | peak RSS of the tree, MiB |"
     lines = [head, "|---|" + "---:|" * (head.count("|") - 2)]
     ref_rates = [statistics.median(ref.rates) for _, ref in refs]
     for case in cases:
@@ -561,7 +643,8 @@ def table(cases: list[Case], unit: str, refs: list[tuple[str, Case]], passes: in
         row = f"| {case.name} | {rate:,.0f} |"
         row += f" {share(case, passes):.0%} | {rate / best:.0%} |" if ceiling else ""
         row += "".join(f" {rate / ref:.2f}x |" for ref in ref_rates)
-        row += f" {1000 * statistics.median(case.first):.0f} | {max(case.rss) / 2**20:,.0f} |"
+        row += f" {1000 * statistics.median(case.first):.0f} |"
+        row += f" {max(case.pss) / 2**20:,.0f} | {max(case.rss) / 2**20:,.0f} |"
         lines.append(row)
     return lines
 
@@ -572,8 +655,8 @@ def table(cases: list[Case], unit: str, refs: list[tuple[str, Case]], passes: in
 
 def images_section(args: argparse.Namespace) -> list[str]:
     urls = build_image_dataset(args.data)
-    decode = _decoder(args.decoder)
-    cases = image_cases(urls, decode, args.threads, args.decoder)
+    images = Images(urls, args.decoder, _decoder(args.decoder), args.threads)
+    cases, skipped = image_cases(images)
 
     def ceiling_first(case: Case) -> None:
         case.ceilings.append(ceiling_rate(urls, args.decoder))
@@ -582,7 +665,7 @@ def images_section(args: argparse.Namespace) -> list[str]:
     run_rounds("images", cases, args, before=ceiling_first)
     ceilings = [c for case in cases for c in case.ceilings]
     lines = [
-        f"## images: {COUNT:,} 256x256 JPEGs, {args.decoder} on every side, batch {BATCH}",
+        f"## images: {COUNT:,} 256x256 JPEGs, {args.decoder} on every side but SPDL's, batch {BATCH}",
         "",
         f"- Ceiling: 2 forked processes each decoding half of the JPEGs from memory, no pipeline "
         "(best of 3 passes each; their rates added), measured just before every case's round: "
@@ -591,16 +674,10 @@ def images_section(args: argparse.Namespace) -> list[str]:
         "median over rounds of its rate over the ceiling measured just before it; its share of the best "
         f"ceiling is its median rate over the run's highest ceiling ({max(ceilings):,.0f}), the "
         "stricter share when the host's speed moves during the run",
+        *(f"- {note}" for case in cases for note in case.notes),
+        *(f"- {row.name}: {row.why}" for row in skipped),
+        f"- {MEMORY_NOTE}",
     ]
-    if not any(case.name.startswith("SPDL") for case in cases):
-        lines.append(f"- SPDL: not installed, row skipped (`{SPDL_HINT}`)")
-    else:
-        lines.append(
-            "- SPDL: `ss.Dataset(urls).to_tuple('jpg', 'cls')` as the source (`continuous=True`: one "
-            f"pipeline per round, one epoch per pass), `pipe(decode, concurrency={args.threads})` "
-            f"(output in completion order, SPDL's default), `aggregate({BATCH})`, "
-            f"`pipe(default_collate)`, `add_sink(3)`, `build(num_threads={args.threads})`"
-        )
     lines += ["", *table(cases, "samples", [("webdataset", cases[0])], args.passes)]
     return lines
 
@@ -616,6 +693,7 @@ def tiny_section(args: argparse.Namespace) -> list[str]:
         "",
         "- the same two functions on every side: `json` to an int label, `bin` to a uint8 array; "
         "2 workers for WebLoader and webdataset",
+        f"- {MEMORY_NOTE}",
         "",
         *table(cases, "samples", [("WebLoader", webloader), ("webdataset", cases[1])]),
         "",
@@ -646,6 +724,7 @@ def video_section(args: argparse.Namespace) -> list[str]:
         "- webdataset has no clip decoder of its own (`torch_video` decodes whole files through "
         "torchvision's removed `read_video`): its row runs the same `VideoClips` in a `.map()` on "
         "the raw sample, so it measures webdataset's engine around our decoder",
+        f"- {MEMORY_NOTE}",
         "",
         *table(cases, "clips", [("WebLoader", cases[0]), ("webdataset", cases[1])]),
     ]
@@ -718,7 +797,7 @@ def main() -> None:
         for name in only:
             lines += ["", *sections[name](args)]
     finally:
-        TreeRss.close()
+        TreeMemory.close()
     emit_report(lines, args.markdown)
 
 

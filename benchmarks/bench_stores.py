@@ -10,11 +10,19 @@ and the Hugging Face Hub stand-in (``hf://``, run in a child process so that its
 threads do not share this process's interpreter with the client measured). Into each it puts one
 ``--mb`` MB object and ``--objects`` objects of 10 KB, then measures, alternating every round:
 
-* streaming: shardstream ``open_url(url)`` read to the end into a reused 1 MiB buffer, against one
-  ``curl -s -o /dev/null`` of the same object (a presigned S3 URL, the emulator's media URL for
-  GCS, a SAS URL for Azure, the resolve URL for the Hub, whose redirect curl follows with ``-L``);
-* small objects: the source's ``get_many`` session with 32 requests in flight, against one
+* streaming: shardstream ``open_url(url)`` read to the end into a reused 1 MiB buffer, against
+  curl fetching the same object to ``/dev/null`` (a presigned S3 URL, the emulator's media URL for
+  GCS, a SAS URL for Azure; for the Hub the signed CDN URL its ``resolve`` URL redirects to,
+  resolved once as the hf:// source does, so each side makes one request per object per pass);
+* small objects: the source's ``get_many`` session with 32 requests in flight, against
   ``curl --parallel --parallel-max 32`` over the same URLs.
+
+Both sides are warm: ours keeps its process and connection pool from pass to pass, and curl is
+one process per measurement that fetches a warm-up pass and then K passes of the URLs over the
+connections it keeps alive (``_curl.WarmCurl``: timed from its own per-transfer output, so its
+start-up and its connection set-up fall in the warm-up pass, not in the measured passes). The
+report counts the TCP connections each side opens per measured pass (curl's ``num_connects``;
+ours in one more pass with ``socket.connect`` counted).
 
 Targets (issue 28): streaming >= 90% of curl, small objects >= 85% of the concurrent curl. The
 servers run on the same 2 cores as the clients, so the figures compare clients, not networks.
@@ -24,22 +32,25 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import http.client
 import os
 import random
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import Side, emit_report, machine_line, paired_ratio, run_alternating  # noqa: E402
+from _curl import WarmCurl  # noqa: E402
 
 SMALL = 10_000
 WINDOW = 32
@@ -69,7 +80,6 @@ class Store:
     options: dict[str, Any]
     curl_big: str  # a URL curl can GET without signing
     curl_small: list[str]
-    curl_flags: list[str] = field(default_factory=list)
 
 
 def _payload(seed: int, size: int) -> bytes:
@@ -187,9 +197,8 @@ def hf_store(tmp: Path, big: bytes, count: int) -> Iterator[Store]:
             f"{ours}/big.bin",
             [f"{ours}/{p}" for p in small],
             {"endpoint": endpoint, "token": False},
-            f"{resolve}/big.bin",
-            [f"{resolve}/{p}" for p in small],
-            ["-L"],
+            _cdn_url(f"{resolve}/big.bin"),
+            [_cdn_url(f"{resolve}/{p}") for p in small],
         )
     finally:
         if child.stdin is not None:
@@ -199,6 +208,26 @@ def hf_store(tmp: Path, big: bytes, count: int) -> Iterator[Store]:
         except subprocess.TimeoutExpired:
             os.killpg(child.pid, 9)
             child.wait()
+
+
+def _cdn_url(resolve: str) -> str:
+    """The signed CDN URL the Hub's ``resolve`` URL redirects to (every file here is an LFS file).
+    The hf:// source resolves a file once and reads the CDN URL until it expires; curl is given it
+    the same way, so both make one request per object per pass (with ``-L`` curl would ask the Hub
+    for the redirect again on every pass: two requests per object)."""
+    parts = urlsplit(resolve)
+    conn = http.client.HTTPConnection(parts.netloc, timeout=30)
+    try:
+        conn.request("HEAD", parts.path)
+        answer = conn.getresponse()
+        location = answer.getheader("Location")
+        if answer.status != 302 or location is None:
+            raise RuntimeError(
+                f"the Hub stand-in answered {answer.status} without a CDN redirect for {resolve}"
+            )
+        return location
+    finally:
+        conn.close()
 
 
 def stream_ours(store: Store) -> Callable[[], int]:
@@ -216,14 +245,10 @@ def stream_ours(store: Store) -> Callable[[], int]:
     return run
 
 
-def stream_curl(store: Store, curl: str, size: int) -> Callable[[], int]:
-    def run() -> int:
-        subprocess.run(
-            [curl, "-s", "--fail", *store.curl_flags, "-o", "/dev/null", store.curl_big], check=True
-        )
-        return size
-
-    return run
+def stream_curl(store: Store, curl: str, size: int, config: Path) -> WarmCurl:
+    """One curl process per measurement, the object fetched once per pass over one kept-alive
+    connection; a pass counts its bytes as samples, as :func:`stream_ours` does."""
+    return WarmCurl(curl, [store.curl_big], config, samples=size, nbytes=size, min_time=0.5)
 
 
 def small_ours(store: Store) -> Callable[[], int]:
@@ -256,28 +281,45 @@ def small_ours(store: Store) -> Callable[[], int]:
     return run
 
 
-def small_curl(store: Store, curl: str, config: Path) -> Callable[[], int]:
-    config.write_text("".join(f'url = "{u}"\noutput = "/dev/null"\n' for u in store.curl_small))
+def small_curl(store: Store, curl: str, config: Path) -> WarmCurl:
+    """One curl process per measurement with ``WINDOW`` transfers in flight over the connections
+    it keeps alive from pass to pass."""
+    flags = ("--parallel", "--parallel-max", str(WINDOW))
+    count = len(store.curl_small)
+    return WarmCurl(
+        curl, store.curl_small, config, flags=flags, samples=count, nbytes=count * SMALL, min_time=0.5
+    )
 
-    def run() -> int:
-        subprocess.run(
-            [
-                curl,
-                "-s",
-                "--no-progress-meter",
-                "--fail",
-                *store.curl_flags,
-                "--parallel",
-                "--parallel-max",
-                str(WINDOW),
-                "-K",
-                str(config),
-            ],
-            check=True,
-        )
-        return len(store.curl_small)
 
-    return run
+@contextmanager
+def counting_connects() -> Iterator[list[int]]:
+    """Count the TCP connections this process opens meanwhile: every client of shardstream's
+    sources connects through Python's ``socket.socket`` (``connect`` or ``connect_ex``)."""
+    count = [0]
+    connect, connect_ex = socket.socket.connect, socket.socket.connect_ex
+
+    def counted(self: socket.socket, address: Any) -> None:
+        count[0] += 1
+        connect(self, address)
+
+    def counted_ex(self: socket.socket, address: Any) -> int:
+        count[0] += 1
+        return connect_ex(self, address)
+
+    socket.socket.connect = counted  # type: ignore[method-assign]
+    socket.socket.connect_ex = counted_ex  # type: ignore[method-assign]
+    try:
+        yield count
+    finally:
+        socket.socket.connect = connect  # type: ignore[method-assign]
+        socket.socket.connect_ex = connect_ex  # type: ignore[method-assign]
+
+
+def connects_per_pass(run: Callable[[], int]) -> int:
+    """The connections one more pass of ``run`` opens (after the measured ones: a warm pool)."""
+    with counting_connects() as count:
+        run()
+    return count[0]
 
 
 def main() -> int:
@@ -299,6 +341,7 @@ def main() -> int:
     makers = {"s3": s3_store, "gcs": gcs_store, "azure": azure_store, "hf": hf_store}
     chosen = args.only or list(makers)
     rows: list[tuple[str, Side, Side, Side, Side]] = []
+    connections: list[tuple[str, int, float, int, float]] = []  # new connections per measured pass
     with tempfile.TemporaryDirectory(prefix="bench-stores-") as tmp, ExitStack() as stack:
         for name in chosen:
             store = stack.enter_context(makers[name](Path(tmp) / name, big, args.objects))
@@ -306,25 +349,44 @@ def main() -> int:
                 continue
             print(f"== {store.name}")
             t0 = time.perf_counter()
-            streamed = run_alternating(
-                [("ours", stream_ours(store)), ("curl", stream_curl(store, curl, size))],
-                rounds=args.rounds,
-                nbytes=size,
-                min_time=0.5,
+            ours_stream, curl_stream = (
+                stream_ours(store),
+                stream_curl(store, curl, size, Path(tmp) / f"{name}.big"),
             )
+            streamed = run_alternating(
+                [("ours", ours_stream), ("curl", curl_stream)], rounds=args.rounds, nbytes=size, min_time=0.5
+            )
+            ours_small, curl_small = small_ours(store), small_curl(store, curl, Path(tmp) / f"{name}.small")
             objects = run_alternating(
-                [("ours", small_ours(store)), ("curl", small_curl(store, curl, Path(tmp) / f"{name}.curl"))],
+                [("ours", ours_small), ("curl", curl_small)],
                 rounds=args.rounds,
                 expect=args.objects,
                 min_time=0.5,
             )
             print(f"   {time.perf_counter() - t0:.1f} s")
             rows.append((store.name, *streamed, *objects))
+            connections.append(
+                (
+                    store.name,
+                    connects_per_pass(ours_stream),
+                    max(curl_stream.connects),
+                    connects_per_pass(ours_small),
+                    max(curl_small.connects),
+                )
+            )
     lines = [
         f"# bench_stores: each store against curl on the same emulator ({datetime.date.today()})",
         "",
         f"Machine: {machine_line()}. One {args.mb} MB object streamed; {args.objects} objects of 10 KB with "
-        f"{WINDOW} requests in flight. Best round of {args.rounds} (median of per-round ratios in brackets).",
+        f"{WINDOW} requests in flight. Best round of {args.rounds} (median of per-round ratios in brackets). "
+        "Both sides warm: ours keeps its process and connections from pass to pass; curl is one process "
+        "per measurement that fetches a warm-up pass, then the measured passes over the connections it "
+        "keeps alive, timed from its own per-transfer output (`benchmarks/_curl.py`), so neither "
+        "side's start-up nor its first connections are in the figures. One difference remains: with "
+        "`--parallel` curl starts a pass's first transfers while the previous pass's last are running, "
+        "where ours drains its window at the end of each pass (in curl's favour). The Hub's objects are "
+        "fetched by curl from the signed CDN URLs their `resolve` URLs redirect to, resolved once, as "
+        "the hf:// source resolves and caches them: one request per object per pass on each side.",
         "",
         "| store | ours MB/s | curl MB/s | streaming vs curl (target >= 0.90) | ours objects/s | "
         "curl --parallel objects/s | objects vs curl (target >= 0.85) |",
@@ -338,6 +400,15 @@ def main() -> int:
             f"{s_best:.2f}x ({s_med:.2f}x) | {ours_o.best.rate:,.0f} | {curl_o.best.rate:,.0f} | "
             f"{o_best:.2f}x ({o_med:.2f}x) |"
         )
+    lines += [
+        "",
+        "New TCP connections per measured pass (ours: counted at `socket.connect` in one more pass "
+        "after the rounds; curl: its `num_connects`, the most over its measurements):",
+        "",
+        "| store | streaming: ours | streaming: curl | small objects: ours | small objects: curl |",
+        "|---|---:|---:|---:|---:|",
+        *(f"| {name} | {a} | {b:g} | {c} | {d:g} |" for name, a, b, c, d in connections),
+    ]
     lines += [
         "",
         "Each server shares the client's 2 cores; the Hub stand-in is a Python server (in a child "

@@ -7,9 +7,13 @@ FFmpeg thread): a lower bound on the cost of the original. Both sides see the sa
 
 * **per video, one process**: CPU per 8-frame clip at a random start vs the whole-file decode of
   the same 30 s videos (target, issue 13: a clip costs at most 1/8 of the whole file);
-* **WebLoader, 1 and 2 workers**: clips/s, CPU per clip (process + workers) and the workers' peak
-  RSS, with the peak after the first tenth of the videos next to the peak at the end (target: flat
-  over many videos).
+* **WebLoader, 1 and 2 workers**: clips/s, CPU per clip (process + workers) and the peak memory
+  of the process tree (this process and its workers): the sum of PSS (``smaps_rollup``: a page
+  shared by N processes counts 1/N in each, so what the workers share with their parent after the
+  fork counts once) and, beside it, of RSS (which counts it in every process), sampled by a
+  separate process (``_rss``), the peak after the first tenth of the videos next to the peak at
+  the end (target: flat over many videos);
+* **one process over many clip decodes**: its PSS and RSS after every tenth (flat).
 
 The dataset: ``--unique`` distinct 30 s 640x360 H.264 videos (25 fps, a keyframe every
 ``--gop`` frames, x264 veryfast, a scrolling texture), repeated under distinct keys to
@@ -35,19 +39,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import _mark, _ready, cpu_seconds, emit_report, machine_line  # noqa: E402
+from _rss import PSS_SHARE, TreeMemory, rollup  # noqa: E402
 
 SECONDS, FPS, WIDTH, HEIGHT = 30, 25, 640, 360
 PER_SHARD = 20
 CLIP = 8
-
-
-def _status(field: str) -> int:
-    """A /proc/self/status field in KiB (VmRSS, VmHWM)."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    return 0
 
 
 def build_videos(root: Path, videos: int, unique: int, gop: int | None) -> tuple[list[str], list[bytes]]:
@@ -102,8 +98,8 @@ def per_video(encoded: list[bytes], repeats: int) -> dict[str, float]:
     return {"whole": statistics.median(whole), "clip": statistics.median(clip), "clips": len(clip)}
 
 
-def rss_over_many(encoded: list[bytes], count: int) -> list[tuple[int, int]]:
-    """(videos decoded, RSS in MiB) every tenth of ``count`` 8-frame clip decodes in this process."""
+def memory_over_many(encoded: list[bytes], count: int) -> list[tuple[int, int, int]]:
+    """(videos decoded, PSS, RSS in MiB) every tenth of ``count`` 8-frame clip decodes in this process."""
     from shardstream.decoders.clips import VideoClips
 
     points = []
@@ -111,7 +107,8 @@ def rss_over_many(encoded: list[bytes], count: int) -> list[tuple[int, int]]:
         out = VideoClips(CLIP, seed=i, output="numpy", threads=1)(".mp4", encoded[i % len(encoded)])
         del out
         if (i + 1) % max(1, count // 10) == 0:
-            points.append((i + 1, _status("VmRSS") // 1024))
+            pss, rss = rollup()
+            points.append((i + 1, pss // 2**20, rss // 2**20))
     return points
 
 
@@ -145,15 +142,6 @@ def seek_cost(data: bytes, repeats: int = 50) -> dict[str, float]:
     return costs
 
 
-def _probe(sample: tuple[Any, Any]) -> tuple[Any, str, int, int]:
-    """In the worker: (clip, key, worker id, this worker's peak RSS so far in KiB)."""
-    from torch.utils.data import get_worker_info
-
-    frames, key = sample
-    info = get_worker_info()
-    return frames, key, info.id if info is not None else 0, _status("VmHWM")
-
-
 class _SliceClip:
     """WebDataset's way: all frames decoded (torch_video), then 8 consecutive ones sliced out."""
 
@@ -176,19 +164,31 @@ def loader_pass(urls: list[str], approach: str, workers: int) -> dict[str, Any]:
         ds = ds.decode(ss.VideoClips(CLIP), only=["mp4"]).to_tuple("mp4", "__key__").map(_clip_frames)
     else:
         ds = ds.decode(ss.torch_video, only=["mp4"]).to_tuple("mp4", "__key__").map(_SliceClip())
-    loader = ss.WebLoader(ds.map(_probe), batch_size=None, num_workers=workers)
-    c0, t0 = cpu_seconds(), time.perf_counter()
-    per_worker: dict[int, list[int]] = {}
-    n = 0
-    for frames, _key, worker, hwm in loader:
-        assert tuple(frames.shape) == (CLIP, HEIGHT, WIDTH, 3)
-        per_worker.setdefault(worker, []).append(hwm)
-        n += 1
-    loader.close()
-    wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0
-    early = max(series[max(0, len(series) // 10 - 1)] for series in per_worker.values())
-    peak = max(series[-1] for series in per_worker.values())
-    return {"clips": n, "wall": wall, "cpu": cpu, "hwm_early": early / 1024, "hwm_end": peak / 1024}
+    loader = ss.WebLoader(ds, batch_size=None, num_workers=workers)
+    tenth = max(1, len(urls) * PER_SHARD // 10)
+    paused = 0.0  # the two readings of the tree's memory, taken out of the time
+    early = (0, 0)
+    with TreeMemory() as memory:
+        c0, t0 = cpu_seconds(), time.perf_counter()
+        n = 0
+        for frames, _key in loader:
+            assert tuple(frames.shape) == (CLIP, HEIGHT, WIDTH, 3)
+            n += 1
+            if n == tenth:
+                p0 = time.perf_counter()
+                memory.sample()
+                early = memory.pss, memory.rss
+                paused += time.perf_counter() - p0
+        p0 = time.perf_counter()
+        memory.sample()  # the workers still alive
+        paused += time.perf_counter() - p0
+        loader.close()
+        wall, cpu = time.perf_counter() - t0 - paused, cpu_seconds() - c0
+    mib = 2**20
+    return {
+        "clips": n, "wall": wall, "cpu": cpu, "pss_early": early[0] / mib, "rss_early": early[1] / mib,
+        "pss_end": memory.pss / mib, "rss_end": memory.rss / mib,
+    }  # fmt: skip
 
 
 def main() -> None:
@@ -242,22 +242,24 @@ def main() -> None:
         + ", ".join(f"{ms:.1f} ms ({name})" for name, ms in seeks.items())
         + " per clip, so a separate keyframe index stored beside the videos was not built.",
     ]
-    points = rss_over_many(encoded, args.rss_videos)
-    print(f"  RSS over {args.rss_videos} clip decodes: {points}")
+    points = memory_over_many(encoded, args.rss_videos)
+    print(f"  (clips, PSS, RSS) over {args.rss_videos} clip decodes: {points}")
     lines += [
         "",
-        f"## RSS of one process over {args.rss_videos:,} clip decodes (MiB, after every tenth)",
+        f"## PSS and RSS of one process over {args.rss_videos:,} clip decodes (MiB, after every tenth)",
         "",
-        "| " + " | ".join(str(n) for n, _ in points) + " |",
-        "|" + "---:|" * len(points),
-        "| " + " | ".join(str(rss) for _, rss in points) + " |",
+        "| clips | " + " | ".join(str(n) for n, _, _ in points) + " |",
+        "|---|" + "---:|" * len(points),
+        "| PSS | " + " | ".join(str(pss) for _, pss, _ in points) + " |",
+        "| RSS | " + " | ".join(str(rss) for _, _, rss in points) + " |",
     ]
     lines += [
         "",
-        "## WebLoader: clips/s, CPU per clip (process + workers), workers' peak RSS",
+        "## WebLoader: clips/s, CPU per clip (process + workers), peak memory of the process tree",
         "",
-        "| approach | workers | videos | clips/s | CPU per clip | peak RSS after 10% | peak RSS at end |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| approach | workers | videos | clips/s | CPU per clip | peak PSS of the tree after 10% | at end "
+        "| peak RSS of the tree after 10% | at end |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     results: list[dict[str, Any]] = []
     for workers in (1, 2):
@@ -270,15 +272,20 @@ def main() -> None:
             name = "VideoClips(8)" if approach == "clips" else "torch_video + slice"
             lines.append(
                 f"| {name} | {workers} | {r['clips']} | {r['clips'] / r['wall']:.1f} | "
-                f"{r['cpu'] / r['clips'] * 1000:.0f} ms | {r['hwm_early']:.0f} MiB | {r['hwm_end']:.0f} MiB |"
+                f"{r['cpu'] / r['clips'] * 1000:.0f} ms | {r['pss_early']:.0f} MiB | "
+                f"{r['pss_end']:.0f} MiB | {r['rss_early']:.0f} MiB | {r['rss_end']:.0f} MiB |"
             )
     lines += [
         "",
-        "Peak RSS is each worker's VmHWM (the largest of the workers), which includes the pages it "
-        "shares with the main process after the fork (torch and numpy: the floor of the column). "
-        "CPU per clip through the loader adds to the decode: reading each sample's shard bytes, "
-        "moving the 5.5 MB clip to shared memory for the main process, starting the workers.",
+        "Peak memory is the largest sum over the process tree (this process and the workers) seen by "
+        f"a separate sampler (`_rss`: RSS every 20 ms, PSS as often as keeps it under {PSS_SHARE:.0%} "
+        "of one core) and in one reading at a tenth of the clips (not timed) and one at the end. PSS "
+        "counts a page the workers share with the main process after the fork once; RSS counts it in "
+        "every process (torch and numpy: most of the RSS floor). CPU per clip through the loader adds "
+        "to the decode: reading each sample's shard bytes, moving the 5.5 MB clip to shared memory "
+        "for the main process, starting the workers.",
     ]
+    TreeMemory.close()
     emit_report(lines, args.markdown)
 
 
