@@ -336,6 +336,9 @@ class _Server(http.server.ThreadingHTTPServer):
     """A threaded server that remembers its open connections, so that ``stop`` can close them."""
 
     daemon_threads = True
+    # socketserver's default listen backlog is 5: 32 clients connecting at once would see
+    # refused or reset connections and reconnect, which measures the stand-in, not the client.
+    request_queue_size = 128
 
     def __init__(self, address: tuple[str, int], handler: type[_Base], hub: HubStandIn) -> None:
         self.hub = hub
