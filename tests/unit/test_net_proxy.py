@@ -9,7 +9,9 @@ import sys
 import pytest
 
 from shardstream.config import network_env
+from shardstream.net import multiplex
 from shardstream.net.proxy import Proxies, ProxyError, ProxyRoute, parse
+from shardstream.net.whole import WholeBodyPool, render_request
 
 
 def test_no_proxy_is_decided_before_the_proxy_url_is_read() -> None:
@@ -92,3 +94,17 @@ def test_network_env_keeps_where_each_proxy_came_from() -> None:
     assert (env.http_proxy, env.http_proxy_variable) == ("http://c:1", "HTTP_PROXY")
     assert (env.https_proxy, env.https_proxy_variable) == ("socks5://a:1", "all_proxy")
     assert network_env({}).https_proxy is None
+
+
+@pytest.mark.skipif(not multiplex.AVAILABLE, reason="the epoll loop is Linux only")
+def test_an_unusable_proxy_is_the_answer_of_the_epoll_loops_request() -> None:
+    pool = WholeBodyPool(proxies=Proxies(http="gopher://proxy.example:70"))
+    loop = multiplex.Multiplexer(pool)
+    try:
+        request = render_request("GET", "/a", {"Host": "web.example"})
+        answer = loop.submit("a", ("http", "web.example", 80), request)
+        assert answer is not None and isinstance(answer.error, ProxyError), answer
+        assert "HTTP_PROXY" in str(answer.error) and len(loop) == 0
+    finally:
+        loop.close()
+        pool.close()

@@ -36,6 +36,7 @@ def _clean(msg: str) -> None:
         (410, ShardNotFoundError),
         (401, AccessDeniedError),
         (403, AccessDeniedError),
+        (407, AccessDeniedError),  # an HTTP proxy's answer to an absolute-form request
         (412, ObjectChangedError),
         (408, TransientSourceError),
         (429, TransientSourceError),
