@@ -230,7 +230,10 @@ class NetworkEnv:
     Attributes:
         http_proxy / https_proxy / no_proxy: ``http_proxy`` or ``HTTP_PROXY`` (lower case first,
             as curl and requests read them), ``https_proxy``/``HTTPS_PROXY``, ``no_proxy``/
-            ``NO_PROXY``; ``ALL_PROXY`` stands in for a missing one of the first two.
+            ``NO_PROXY``; ``all_proxy``/``ALL_PROXY`` stands in for a missing one of the first two.
+        http_proxy_variable / https_proxy_variable: the name of the variable each proxy value came
+            from, as it is spelled in the environment (``ALL_PROXY`` where that one stood in), so
+            that a message about the proxy names what the user set.
         ca_bundle: ``REQUESTS_CA_BUNDLE``, else ``CURL_CA_BUNDLE`` (TLS trust for ``https://``).
         aws_ca_bundle: ``AWS_CA_BUNDLE`` (botocore's; S3 uses it first, then ``ca_bundle``).
         ``SSL_CERT_FILE``/``SSL_CERT_DIR`` are read by OpenSSL itself for the default trust store.
@@ -241,26 +244,33 @@ class NetworkEnv:
     no_proxy: str | None = None
     ca_bundle: str | None = None
     aws_ca_bundle: str | None = None
+    http_proxy_variable: str = "HTTP_PROXY"
+    https_proxy_variable: str = "HTTPS_PROXY"
 
 
 def network_env(environ: Mapping[str, str] | None = None) -> NetworkEnv:
     """Read the proxy and CA bundle variables (see :class:`NetworkEnv`), when a source is built."""
     env = os.environ if environ is None else environ
 
-    def first(*names: str) -> str | None:
+    def first(*names: str) -> tuple[str | None, str]:
+        """The first set (non-empty) value of ``names`` and the name it came from."""
         for name in names:
             value = env.get(name)
             if value:
-                return value
-        return None
+                return value, name
+        return None, names[-1]
 
-    every = first("all_proxy", "ALL_PROXY")
+    every, every_name = first("all_proxy", "ALL_PROXY")
+    http, http_name = first("http_proxy", "HTTP_PROXY")
+    https, https_name = first("https_proxy", "HTTPS_PROXY")
     return NetworkEnv(
-        http_proxy=first("http_proxy", "HTTP_PROXY") or every,
-        https_proxy=first("https_proxy", "HTTPS_PROXY") or every,
-        no_proxy=first("no_proxy", "NO_PROXY"),
-        ca_bundle=first("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE"),
-        aws_ca_bundle=first("AWS_CA_BUNDLE"),
+        http_proxy=http or every,
+        https_proxy=https or every,
+        no_proxy=first("no_proxy", "NO_PROXY")[0],
+        ca_bundle=first("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")[0],
+        aws_ca_bundle=first("AWS_CA_BUNDLE")[0],
+        http_proxy_variable=every_name if every and not http else http_name,
+        https_proxy_variable=every_name if every and not https else https_name,
     )
 
 

@@ -1,10 +1,11 @@
 """Proxies and CA bundles from the environment, as curl and botocore honour them, on every path.
 
-A real forward proxy process (``_connect_proxy.py``: CONNECT tunnels and absolute-form requests,
-optional Basic credentials) logs what goes through it; a loopback HTTPS server presents a
-certificate of a test CA (``trustme``); SeaweedFS is the S3 store. Each case runs in a fresh
-process (``_proxy_job.py``) with only the variables under test set, since sources read the
-environment when they are built.
+A small forward proxy of our own (``_connect_proxy.py``: CONNECT tunnels and absolute-form
+requests, optional Basic credentials) logs what goes through it, including botocore's requests
+for S3 (independent proxy servers, and https:// and SOCKS proxies: ``test_proxy_kinds.py``); a
+loopback HTTPS server presents a certificate of a test CA (``trustme``); SeaweedFS is the S3
+store. Each case runs in a fresh process (``_proxy_job.py``) with only the variables under test
+set, since sources read the environment when they are built.
 """
 
 from __future__ import annotations

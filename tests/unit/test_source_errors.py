@@ -18,6 +18,7 @@ from shardstream.errors import (
     SourceError,
     TransientSourceError,
 )
+from shardstream.net.proxy import ProxyError
 from shardstream.sources._resume import ObjectChangedError
 from shardstream.sources._status import network_error, status_error
 
@@ -35,6 +36,7 @@ def _clean(msg: str) -> None:
         (410, ShardNotFoundError),
         (401, AccessDeniedError),
         (403, AccessDeniedError),
+        (407, AccessDeniedError),  # an HTTP proxy's answer to an absolute-form request
         (412, ObjectChangedError),
         (408, TransientSourceError),
         (429, TransientSourceError),
@@ -69,6 +71,16 @@ def test_status_mapping(status: int, cls: type[SourceError]) -> None:
         (http.client.BadStatusLine("HTTP/"), TransientSourceError, "BadStatusLine"),
         (ssl.SSLCertVerificationError(1, "bad cert"), SourceError, "verify="),
         (ValueError("weird"), SourceError, "unexpected error"),
+        (
+            ProxyError("the proxy http://p:3128 (from ALL_PROXY) is down", transient=True),
+            TransientSourceError,
+            "(from ALL_PROXY) is down; it is retried",
+        ),
+        (
+            ProxyError("ALL_PROXY names a SOCKS proxy: pip install 'shardstream[socks]'"),
+            SourceError,
+            "(endpoint http://example.test): ALL_PROXY names a SOCKS proxy",
+        ),
     ],
 )
 def test_network_mapping(exc: BaseException, cls: type[SourceError], text: str) -> None:

@@ -6,6 +6,9 @@
   parses each answer).
 - :mod:`.idle`: the idle keep-alive connections both clients keep, fork-aware.
 - :mod:`.redirect`: following redirects without leaking credentials.
+- :mod:`.proxy`: which proxy, if any, an origin goes through (``HTTPS_PROXY``, ``ALL_PROXY``,
+  ``NO_PROXY``, ...); :mod:`.tunnel`: connecting through one (``CONNECT``, SOCKS, TLS to the
+  proxy), for all three clients; :mod:`.nested_tls`: TLS to an origin inside TLS to a proxy.
 
 The sources (:mod:`shardstream.sources`) sign and address requests and translate statuses and
 socket errors into shardstream errors; nothing above them imports this package.

@@ -80,11 +80,11 @@ class Multiplexer:
     def submit(self, token: Any, key: Key, request: bytes) -> Answer | None:
         """Start ``request`` (the whole request's bytes) to ``key`` = (scheme, host, port). Its
         :class:`Answer` comes from a later :meth:`wait`, or at once when it fails to start."""
-        if self.pool.proxies:
-            request = self.pool.for_proxy(key, request)  # absolute form for a proxied http origin
         job = Job(token, key, request)
         try:
             try:
+                if self.pool.proxies:  # absolute form for an http origin through an HTTP(S) proxy
+                    job.request = self.pool.for_proxy(key, request)  # (raises for an unusable one)
                 self._start(job)
             except Stale:
                 self._again(job)

@@ -6,8 +6,9 @@ measured the lowest client CPU per GB of the clients we compared (``benchmarks/b
 it lets ``close()`` drop a half-read connection at once. The ``http(s)://`` and ``s3://`` sources
 share it; translating statuses and socket errors into shardstream errors is theirs
 (``shardstream.sources``).
-Proxies (:mod:`.proxy`): an ``https`` origin through a ``CONNECT`` tunnel, an ``http`` one with
-absolute-form requests to the proxy. Not supported: HTTP/2.
+Proxies (:mod:`.proxy`): a proxied connection is made by :func:`.tunnel.connect_via` (a ``CONNECT``
+or SOCKS tunnel, TLS to an ``https://`` proxy), and a plain ``http`` origin's requests go to an
+HTTP(S) proxy in absolute form. Not supported: HTTP/2.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from urllib.parse import urlsplit
 
 from .idle import IdleConnections
 from .idle import Key as _Key
-from .proxy import Proxies, open_tunnel
+from .proxy import Proxies
+from .tunnel import connect_via, refusal
 
 __all__ = ["ConnectionPool", "PooledBody"]
 
@@ -171,25 +173,26 @@ class ConnectionPool:
         self.proxies = proxies
         self.idle: IdleConnections[http.client.HTTPConnection] = IdleConnections(max_idle)
 
+    def _context(self) -> ssl.SSLContext:
+        """The TLS context for origins and ``https://`` proxies (made once when none was given)."""
+        if self._ssl is None:
+            self._ssl = ssl.create_default_context()
+        return self._ssl
+
     def _new(self, key: _Key) -> http.client.HTTPConnection:
         scheme, host, port = key
         conn: http.client.HTTPConnection
         route = self.proxies.route(scheme, host, port) if self.proxies else None
         if scheme == "https":
-            ctx = self._ssl if self._ssl is not None else ssl.create_default_context()
+            ctx = self._context()
             conn = http.client.HTTPSConnection(host, port, timeout=self.connect_timeout, context=ctx)
-            if route is not None:  # TLS to the origin inside the proxy's tunnel
-                raw = open_tunnel(route, host, port, self.connect_timeout)
-                try:
-                    conn.sock = ctx.wrap_socket(raw, server_hostname=host)
-                except BaseException:
-                    raw.close()
-                    raise
-        elif route is not None:  # requests in absolute form to the proxy (see request())
-            conn = http.client.HTTPConnection(route.host, route.port, timeout=self.connect_timeout)
-        else:
+        else:  # (the origin's name, for its Host header, also through a proxy)
             conn = http.client.HTTPConnection(host, port, timeout=self.connect_timeout)
-        if conn.sock is None:
+        if route is not None:  # a tunnel (TLS to the origin done), or a connection to the proxy
+            conn.sock = connect_via(
+                route, scheme, host, port, timeout=self.connect_timeout, context=self._context()
+            )
+        else:
             conn.connect()
         assert conn.sock is not None
         conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -212,11 +215,12 @@ class ConnectionPool:
         key: _Key = (scheme, parts.hostname or "", parts.port or (443 if scheme == "https" else 80))
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         route = self.proxies.route(*key) if self.proxies and scheme == "http" else None
-        if route is not None:  # a plain-http origin through a proxy: absolute form
-            default = key[2] == 80
-            target = f"http://{key[1]}{'' if default else f':{key[2]}'}{target}"
-            if route.authorization is not None:
-                headers = {**(headers or {}), "Proxy-Authorization": route.authorization}
+        if route is not None and route.absolute:  # a plain-http origin through an HTTP(S) proxy
+            name = f"[{key[1]}]" if ":" in key[1] else key[1]
+            target = f"http://{name}{'' if key[2] == 80 else f':{key[2]}'}{target}"
+            authorization = route.authorization
+            if authorization is not None:
+                headers = {**(headers or {}), "Proxy-Authorization": authorization}
         while True:
             conn = self.idle.take(key)
             reused = conn is not None
@@ -237,6 +241,10 @@ class ConnectionPool:
             except BaseException:
                 conn.close()
                 raise
+            if resp.status == 407 and route is not None and route.absolute:  # the proxy's answer
+                conn.close()
+                line = f"HTTP/1.1 407 {resp.reason}"
+                raise refusal(route, f"a request to {key[1]}:{key[2]}", 407, line)
             return PooledBody(self, key, conn, resp)
 
     def release(self, key: _Key, conn: http.client.HTTPConnection, *, reusable: bool) -> None:

@@ -1,113 +1,253 @@
-"""HTTP proxies as curl and botocore use them: ``HTTPS_PROXY``, ``HTTP_PROXY``, ``NO_PROXY``.
+"""Which proxy, if any, each origin goes through: ``HTTPS_PROXY``, ``HTTP_PROXY``, ``ALL_PROXY``
+and ``NO_PROXY`` as curl reads them.
 
-:class:`Proxies` decides, per ``(scheme, host, port)``, whether a connection goes through a proxy
-(the values come from :func:`shardstream.config.network_env`, the one reader of the
-environment). Through a proxy:
+:class:`Proxies` decides per ``(scheme, host, port)``, from the values
+:func:`shardstream.config.network_env` read (the one reader of the environment). ``NO_PROXY`` is
+decided first, and a proxy URL is parsed and checked only when an origin would go through it: a
+value this process cannot use (an unknown scheme, SOCKS without PySocks) fails the reads of those
+origins, with a message that names the variable it came from, and never the construction of a
+source or the reads of the origins that ``NO_PROXY`` sends directly.
 
-- an ``https`` origin is reached by a ``CONNECT host:port`` tunnel (:func:`open_tunnel`), then TLS
-  to the origin inside it, so the proxy never sees the traffic;
-- a plain ``http`` origin gets its requests in absolute form (``GET http://host:port/path``) on a
-  connection to the proxy (:func:`absolute_form`), as curl does (many proxies refuse ``CONNECT``
-  to ports other than 443).
+The kinds of proxy, as curl has them (:mod:`.tunnel` connects through each):
+
+- ``http://host:port``: a plain connection to the proxy; ``https://host:port``: TLS to the proxy
+  itself, verified with the same CA settings as the origins. Through either, an ``https`` origin
+  is reached by a ``CONNECT host:port`` tunnel with TLS to the origin inside it, so the proxy
+  never sees the traffic, and a plain ``http`` origin gets its requests in absolute form
+  (``GET http://host:port/path``, :func:`absolute_form`), as curl sends them (many proxies refuse
+  ``CONNECT`` to ports other than 443).
+- ``socks4://``, ``socks4a://``, ``socks5://``, ``socks5h://``: a SOCKS tunnel for every origin,
+  through PySocks (the ``[socks]`` extra, imported when a route first needs it). The origin's name
+  is resolved here for ``socks4`` and ``socks5``, and by the proxy for ``socks4a`` and ``socks5h``
+  (what ``ssh -D`` users want when the names only resolve on the far side).
+
+A proxy URL without a scheme is an ``http://`` one (curl's rule); without a port, the port is 80
+for ``http://`` (as requests, urllib3 and botocore have it), 443 for ``https://`` and 1080 for
+SOCKS.
 
 ``NO_PROXY`` is a comma-separated list of host names (a name also matches its subdomains; a
 leading ``.`` or ``*.`` is allowed), ``host:port`` pairs, IP addresses, CIDR ranges, or ``*``
 (no proxy at all). Credentials in a proxy URL (``http://user:pass@proxy:3128``) become a
-``Proxy-Authorization: Basic`` header and never appear in a log line or an error.
+``Proxy-Authorization: Basic`` header for an HTTP(S) proxy, the user name and password of SOCKS5
+(RFC 1929) or the user id of SOCKS4, and never appear in a message, a log line or a repr.
 """
 
 from __future__ import annotations
 
 import base64
+import importlib
 import ipaddress
-import socket
-from dataclasses import dataclass
-from urllib.parse import unquote, urlsplit
+from dataclasses import dataclass, field
+from urllib.parse import SplitResult, unquote, urlsplit
 
-from ..errors import ConfigurationError
+from ..errors import ShardStreamError
 
-__all__ = ["ProxyError", "ProxyRoute", "Proxies", "absolute_form", "open_tunnel"]
+__all__ = ["KINDS", "SOCKS_INSTALL", "ProxyError", "ProxyRoute", "Proxies", "absolute_form", "parse", "shown"]
 
-_MAX_HEAD = 64 << 10  # the proxy's answer to CONNECT, headers included
+#: The proxy URL schemes understood, with their default ports.
+KINDS = {"http": 80, "https": 443, "socks4": 1080, "socks4a": 1080, "socks5": 1080, "socks5h": 1080}
+
+#: How to get SOCKS support, for the messages.
+SOCKS_INSTALL = "pip install 'shardstream[socks]'"
 
 
-class ProxyError(OSError):
-    """The proxy refused or broke a tunnel (names the proxy without its credentials)."""
-
-
-@dataclass(frozen=True)
-class ProxyRoute:
-    """Where a connection goes instead of its origin.
+class ProxyError(ShardStreamError, OSError):
+    """A proxy cannot be used, or refused or broke a connection. The message names the proxy
+    (without credentials), the variable it came from and the origin; the sources translate it
+    into a :class:`~shardstream.errors.SourceError` that names the URL too.
 
     Attributes:
-        host / port: the proxy (an ``http://`` proxy: TLS to the proxy itself is not supported).
-        authorization: the ``Proxy-Authorization`` header value, or ``None``.
-        shown: the proxy URL without credentials, for messages.
+        transient: whether trying again may help (the proxy is down or slow, or could not reach
+            the origin this time) rather than a setting to fix (an unusable proxy URL, PySocks
+            missing, credentials refused).
     """
 
+    def __init__(self, message: str, *, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+@dataclass(frozen=True, repr=False)
+class ProxyRoute:
+    """The proxy a connection goes through instead of its origin.
+
+    Attributes:
+        kind: the proxy URL's scheme, one of :data:`KINDS`.
+        host / port: the proxy.
+        variable: the environment variable it came from (``HTTPS_PROXY``, ``ALL_PROXY``, ...),
+            as spelled there, for messages.
+        username / password: credentials from the proxy URL, or ``None`` (never shown).
+    """
+
+    kind: str
     host: str
     port: int
-    authorization: str | None
-    shown: str
+    variable: str
+    username: str | None = field(default=None, compare=False)
+    password: str | None = field(default=None, compare=False)
+
+    @property
+    def shown(self) -> str:
+        """The proxy URL without credentials, for messages."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.kind}://{host}:{self.port}"
+
+    @property
+    def tls(self) -> bool:
+        """Whether the connection to the proxy itself is TLS (an ``https://`` proxy)."""
+        return self.kind == "https"
+
+    @property
+    def socks(self) -> bool:
+        """Whether this is a SOCKS proxy (a tunnel for every origin, plain ``http`` included)."""
+        return self.kind.startswith("socks")
+
+    @property
+    def absolute(self) -> bool:
+        """Whether a plain ``http`` origin's requests go to the proxy in absolute form (an HTTP(S)
+        proxy) rather than through a tunnel (SOCKS)."""
+        return not self.socks
+
+    @property
+    def authorization(self) -> str | None:
+        """The ``Proxy-Authorization`` header value of an HTTP(S) proxy with credentials."""
+        if self.socks or self.username is None:
+            return None
+        pair = f"{self.username}:{self.password or ''}"
+        return "Basic " + base64.b64encode(pair.encode()).decode("ascii")
 
     def __repr__(self) -> str:
-        return f"ProxyRoute({self.shown})"
+        return f"ProxyRoute({self.shown} from {self.variable})"
 
 
-def _route(url: str, variable: str) -> ProxyRoute:
-    if "://" not in url:
-        url = "http://" + url  # curl's default scheme for a proxy
-    parts = urlsplit(url)
-    if parts.scheme.lower() != "http" or not parts.hostname:
-        shown = f"{parts.scheme}://{parts.hostname}:{parts.port}" if parts.hostname else "?"
-        raise ConfigurationError(
-            f"{variable} names the proxy {shown}: only http:// proxies are supported (a CONNECT "
-            "tunnel carries TLS to the origin); use http://host:port"
+def _split(value: str) -> SplitResult:
+    text = value.strip()
+    return urlsplit(text if "://" in text else "http://" + text)  # curl's default scheme
+
+
+def shown(value: str) -> str:
+    """A proxy URL as messages and reprs show it: scheme, host and port, never credentials."""
+    try:
+        parts = _split(value)
+        port = parts.port
+    except ValueError:
+        return "(an unparsable proxy URL)"
+    host = parts.hostname or ""
+    host = f"[{host}]" if ":" in host else host
+    return f"{parts.scheme.lower()}://{host}" + (f":{port}" if port is not None else "")
+
+
+def parse(value: str, variable: str) -> ProxyRoute:
+    """The route a proxy URL names, checked for use in this process.
+
+    Raises:
+        ProxyError: the URL has an unknown scheme, no host or a bad port, or names a SOCKS proxy
+            while PySocks is not installed (the message names ``variable`` and the fix).
+    """
+    try:
+        parts = _split(value)
+        port = parts.port
+    except ValueError:
+        raise ProxyError(
+            f"{variable} is set to {shown(value)}, whose port is not a number from 0 to 65535: "
+            "use scheme://host:port"
+        ) from None
+    kind = parts.scheme.lower()
+    if kind not in KINDS:
+        raise ProxyError(
+            f"{variable} names the proxy {shown(value)}, whose scheme {kind}:// is not supported: "
+            f"use one of {', '.join(k + '://' for k in KINDS)}"
         )
-    auth = None
-    if parts.username is not None:
-        pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
-        auth = "Basic " + base64.b64encode(pair.encode()).decode("ascii")
-    port = parts.port or 80
-    return ProxyRoute(parts.hostname, port, auth, f"http://{parts.hostname}:{port}")
+    if not parts.hostname:
+        raise ProxyError(f"{variable} is set to {shown(value)}, which names no host: use {kind}://host:port")
+    route = ProxyRoute(
+        kind,
+        parts.hostname,
+        port if port is not None else KINDS[kind],
+        variable,
+        unquote(parts.username) if parts.username is not None else None,
+        unquote(parts.password) if parts.password is not None else None,
+    )
+    if route.socks:
+        try:
+            importlib.import_module("socks")
+        except ImportError:
+            raise ProxyError(
+                f"{variable} names the SOCKS proxy {route.shown}, and SOCKS proxies need PySocks, "
+                f"which is not installed: {SOCKS_INSTALL}"
+            ) from None
+    return route
 
 
 class Proxies:
     """The proxy (or none) of each origin, from ``http_proxy``/``https_proxy``/``no_proxy`` values.
 
     Args:
-        http: proxy URL for ``http://`` origins (``HTTP_PROXY``), or ``None``.
-        https: proxy URL for ``https://`` origins (``HTTPS_PROXY``), or ``None``.
+        http: proxy URL for ``http://`` origins, or ``None``.
+        https: proxy URL for ``https://`` origins, or ``None``.
         no_proxy: the ``NO_PROXY`` list, or ``None``.
+        http_variable / https_variable: the variables the two proxy URLs came from (default
+            ``HTTP_PROXY`` and ``HTTPS_PROXY``; ``ALL_PROXY`` where that one stood in), named by
+            every message about them.
     """
 
     def __init__(
-        self, http: str | None = None, https: str | None = None, no_proxy: str | None = None
+        self,
+        http: str | None = None,
+        https: str | None = None,
+        no_proxy: str | None = None,
+        *,
+        http_variable: str = "HTTP_PROXY",
+        https_variable: str = "HTTPS_PROXY",
     ) -> None:
-        self._routes = {
-            "http": _route(http, "HTTP_PROXY") if http else None,
-            "https": _route(https, "HTTPS_PROXY") if https else None,
-        }
+        self._values = {"http": (http, http_variable), "https": (https, https_variable)}
         self._bypass = [entry.strip().lower() for entry in (no_proxy or "").split(",") if entry.strip()]
+        # scheme -> its route, or why its proxy cannot be used; parsed when first needed
+        self._parsed: dict[str, ProxyRoute | str] = {}
         self._known: dict[tuple[str, str, int], ProxyRoute | None] = {}
 
     def __bool__(self) -> bool:
-        return any(self._routes.values())
+        return any(value for value, _ in self._values.values())
 
     def __repr__(self) -> str:
-        shown = {k: v.shown for k, v in self._routes.items() if v is not None}
-        return f"Proxies({shown}, no_proxy={self._bypass})"
+        named = {scheme: f"{shown(v)} ({name})" for scheme, (v, name) in self._values.items() if v}
+        return f"Proxies({named}, no_proxy={self._bypass})"
 
     def route(self, scheme: str, host: str, port: int) -> ProxyRoute | None:
-        """The proxy for an origin, or ``None`` to connect directly."""
+        """The proxy for an origin, or ``None`` to connect directly.
+
+        Raises:
+            ProxyError: the origin would go through a proxy that cannot be used (see
+                :func:`parse`); origins that ``NO_PROXY`` lists, or whose scheme has no proxy,
+                never raise.
+        """
         key = (scheme, host, port)
         if key in self._known:
             return self._known[key]
-        route = self._routes.get(scheme)
-        if route is not None and self._bypassed(host.lower(), port):
-            route = None
+        value, _ = self._values.get(scheme, (None, ""))
+        route = None
+        if value and not self._bypassed(host.lower(), port):
+            route = self._proxy(scheme, host, port)
         self._known[key] = route  # (a race only computes the same answer twice)
         return route
+
+    def _proxy(self, scheme: str, host: str, port: int) -> ProxyRoute:
+        parsed = self._parsed.get(scheme)
+        if parsed is None:
+            value, variable = self._values[scheme]
+            assert value
+            try:
+                parsed = parse(value, variable)
+            except ProxyError as exc:
+                parsed = str(exc)
+            self._parsed[scheme] = parsed
+        if isinstance(parsed, str):  # a new error each time: a kept one would grow its traceback
+            target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+            raise ProxyError(f"cannot reach {target} through a proxy: {parsed} (or list {host} in NO_PROXY)")
+        return parsed
 
     def _bypassed(self, host: str, port: int) -> bool:
         try:
@@ -136,53 +276,15 @@ class Proxies:
         return False
 
 
-def open_tunnel(route: ProxyRoute, host: str, port: int, timeout: float) -> socket.socket:
-    """A blocking socket to ``host:port`` through ``route``'s ``CONNECT`` tunnel.
-
-    Raises:
-        ProxyError: the proxy answered anything but 2xx (the message names the proxy, the
-            origin and the status, and says what to check), or closed the connection.
-        OSError: the proxy could not be reached.
-    """
-    sock = socket.create_connection((route.host, route.port), timeout=timeout)
-    try:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        head = f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n"
-        if route.authorization is not None:
-            head += f"Proxy-Authorization: {route.authorization}\r\n"
-        sock.sendall((head + "\r\n").encode("latin-1"))
-        answer = b""
-        while b"\r\n\r\n" not in answer:
-            chunk = sock.recv(4096)
-            if not chunk or len(answer) > _MAX_HEAD:
-                raise ProxyError(f"the proxy {route.shown} closed the connection before a tunnel to {target}")
-            answer += chunk
-        status_line = answer.split(b"\r\n", 1)[0].decode("latin-1", "replace")
-        parts = status_line.split(" ", 2)
-        status = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
-        if not 200 <= status < 300:
-            hint = (
-                "check the user and password in the proxy URL (HTTPS_PROXY)"
-                if status == 407
-                else "check that the proxy allows CONNECT to this host and port, or list the host in NO_PROXY"
-            )
-            raise ProxyError(f"the proxy {route.shown} refused a tunnel to {target}: {status_line!r}; {hint}")
-        # A proxy sends nothing after its answer until the client speaks: no bytes are lost here.
-        return sock
-    except BaseException:
-        sock.close()
-        raise
-
-
 def absolute_form(request: bytes, scheme: str, host: str, port: int, route: ProxyRoute) -> bytes:
-    """A rendered origin-form request (``GET /path HTTP/1.1``) rewritten for a proxy: the target
-    in absolute form, and ``Proxy-Authorization`` when the proxy has credentials."""
+    """A rendered origin-form request (``GET /path HTTP/1.1``) rewritten for an HTTP(S) proxy: the
+    target in absolute form, and ``Proxy-Authorization`` when the proxy has credentials."""
     line_end = request.index(b"\r\n")
     method, target, version = request[:line_end].split(b" ", 2)
     default = 443 if scheme == "https" else 80
     origin = f"{scheme}://{host}" + ("" if port == default else f":{port}")
     head = b"%s %s%s %s\r\n" % (method, origin.encode("ascii"), target, version)
-    if route.authorization is not None:
-        head += f"Proxy-Authorization: {route.authorization}\r\n".encode("latin-1")
+    authorization = route.authorization
+    if authorization is not None:
+        head += f"Proxy-Authorization: {authorization}\r\n".encode("latin-1")
     return head + request[line_end + 2 :]

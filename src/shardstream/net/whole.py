@@ -13,7 +13,7 @@ It covers what an object GET needs: ``Content-Length`` and chunked bodies, bodie
 connection's close, keep-alive, and a reused connection that the server closed meanwhile (sent
 again once, on a new connection: only for GET and HEAD, which are idempotent). Streaming large
 bodies stays with :mod:`.pool` (its reader fills the caller's buffer without this module's one
-copy). Proxies as in :mod:`.proxy` (a tunnel for ``https``, absolute-form requests for ``http``).
+copy). Proxies as in :mod:`.proxy`, connected by :func:`.tunnel.connect_via`.
 Not supported: HTTP/2, ``Expect: 100-continue`` (1xx answers are skipped).
 
 Errors are the standard library's: ``OSError`` (reset, refused, timeout) and
@@ -33,7 +33,8 @@ from collections.abc import Mapping
 from ..forks import ForkSafeLock
 from .idle import Closable, IdleConnections
 from .idle import Key as _Key
-from .proxy import Proxies, absolute_form, open_tunnel
+from .proxy import Proxies, absolute_form
+from .tunnel import connect_via
 
 __all__ = ["WholeBodyPool", "WholeResponse", "render_request"]
 
@@ -150,7 +151,7 @@ class WholeBodyPool:
     def for_proxy(self, key: _Key, request: bytes) -> bytes:
         """``request`` as it is sent on a connection to ``key`` (absolute form through a proxy)."""
         route = self.proxies.route(*key) if self.proxies else None
-        if route is None or key[0] != "http":
+        if route is None or key[0] != "http" or not route.absolute:
             return request
         return absolute_form(request, *key, route)
 
@@ -161,12 +162,14 @@ class WholeBodyPool:
     def _connect(self, key: _Key) -> Connection:
         scheme, host, port = key
         route = self.proxies.route(scheme, host, port) if self.proxies else None
-        if route is None:
-            sock = socket.create_connection((host, port), timeout=self.connect_timeout)
-        elif scheme == "https":
-            sock = open_tunnel(route, host, port, self.connect_timeout)
-        else:
-            sock = socket.create_connection((route.host, route.port), timeout=self.connect_timeout)
+        if route is not None:  # tunnels and TLS (to an https:// proxy, to the origin): .tunnel
+            ctx = self._ssl if self._ssl is not None else ssl.create_default_context()
+            sock = connect_via(route, scheme, host, port, timeout=self.connect_timeout, context=ctx)
+            if scheme == "https" or route.tls:
+                return Connection(sock, plain=False)
+            sock.settimeout(None)  # a plain socket (to the proxy, or a SOCKS tunnel): as below
+            return Connection(sock, plain=True)
+        sock = socket.create_connection((host, port), timeout=self.connect_timeout)
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if scheme == "https":

@@ -19,6 +19,7 @@ from ..errors import (
     TransientSourceError,
     redact_url,
 )
+from ..net.proxy import ProxyError
 
 __all__ = ["THROTTLE_STATUSES", "TRANSIENT_STATUSES", "is_throttle", "network_error", "status_error"]
 
@@ -47,6 +48,12 @@ def status_error(
             AccessDeniedError,
             "access was refused; check the credentials and their permissions",
         )
+    elif status == 407:  # an HTTP proxy's answer to a request in absolute form
+        cls, default_fix = (
+            AccessDeniedError,
+            "the proxy wants credentials; check the user and password in the proxy URL "
+            "(HTTP_PROXY or ALL_PROXY)",
+        )
     elif status == 412:
         cls, default_fix = (
             ObjectChangedError,
@@ -72,6 +79,10 @@ def network_error(exc: BaseException, url: str, *, endpoint: str = "") -> Source
     where = f" (endpoint {redact_url(endpoint)})" if endpoint else ""
     if isinstance(exc, SourceError):
         return exc
+    if isinstance(exc, ProxyError):  # its message names the proxy, its variable and the fix
+        kind = TransientSourceError if exc.transient else SourceError
+        text = redact_url(str(exc)) + ("; it is retried" if exc.transient else "")
+        return kind(f"cannot open {url}{where}: {text}", url=url)
     if isinstance(exc, ssl.SSLCertVerificationError):
         return SourceError(
             f"cannot open {url}{where}: TLS certificate verification failed "

@@ -115,14 +115,21 @@ def network(
 
     An explicit ``verify`` (a path, or ``False``) wins; ``verify=True`` takes ``AWS_CA_BUNDLE``
     (S3 only, ``aws=True``), else ``REQUESTS_CA_BUNDLE``/``CURL_CA_BUNDLE``, else the system's trust
-    store. Proxies come from ``HTTPS_PROXY``/``HTTP_PROXY``/``NO_PROXY`` (:mod:`shardstream.net.proxy`).
+    store. Proxies come from ``HTTPS_PROXY``/``HTTP_PROXY``/``ALL_PROXY``/``NO_PROXY``
+    (:mod:`shardstream.net.proxy`), each checked only when an origin would go through it.
     """
     env = network_env()
     if verify is True:
         bundle = (env.aws_ca_bundle if aws else None) or env.ca_bundle
         if bundle:
             verify = bundle
-    proxies = Proxies(env.http_proxy, env.https_proxy, env.no_proxy)
+    proxies = Proxies(
+        env.http_proxy,
+        env.https_proxy,
+        env.no_proxy,
+        http_variable=env.http_proxy_variable,
+        https_variable=env.https_proxy_variable,
+    )
     return Network(
         verify,
         ssl_context(verify),
@@ -195,8 +202,9 @@ class HTTPSource(SourceBase):
         headers: extra request headers, e.g. ``{"Authorization": "Bearer ..."}``; never logged,
             and never sent to another origin after a redirect.
         verify: ``True`` (``REQUESTS_CA_BUNDLE``/``CURL_CA_BUNDLE`` when set, else the system's
-            CAs), a CA bundle path, or ``False`` to skip TLS checks. Proxies: ``HTTPS_PROXY``,
-            ``HTTP_PROXY`` and ``NO_PROXY`` are honoured, as curl does.
+            CAs), a CA bundle path, or ``False`` to skip TLS checks (an ``https://`` proxy is
+            checked with the same CAs). Proxies: ``HTTPS_PROXY``, ``HTTP_PROXY``, ``ALL_PROXY``
+            and ``NO_PROXY`` are honoured, as curl does (HTTP, HTTPS and SOCKS proxies).
         retries: attempts per fault, first included (default ``SHARDSTREAM_RETRIES``).
         retry_deadline: seconds one stream may spend retrying (default ``SHARDSTREAM_RETRY_DEADLINE``).
         max_redirects: redirects followed per request (default 10; 0 treats a redirect as an error).
