@@ -32,6 +32,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "shardstream.forks",
         "shardstream.optional",
         "shardstream.faults",
+        "shardstream.deprecation",
     ),
     "planning": ("shardstream.shards",),  # pure functions of (shards, world)
     "net": ("shardstream.net",),  # HTTP/1.1 on sockets: no URL scheme, no S3
