@@ -114,6 +114,7 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
             "HUGGING_FACE_HUB_TOKEN",
             "HF_TOKEN_PATH",
             "HF_ENDPOINT",
+            "ALLOW_OBSOLETE",  # WebDataset's switch for @obsolete functions (config.allow_obsolete)
         ):
             monkeypatch.delenv(name, raising=False)
     # This process runs the test servers' threads, so WebLoader's rule (loader/_start.py) would

@@ -33,6 +33,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "shardstream.optional",
         "shardstream.faults",
         "shardstream.paths",
+        "shardstream.deprecation",
     ),
     "planning": ("shardstream.shards",),  # pure functions of (shards, world)
     "net": ("shardstream.net",),  # HTTP/1.1 on sockets: no URL scheme, no S3

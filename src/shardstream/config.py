@@ -27,6 +27,7 @@ __all__ = [
     "Settings",
     "StoreEnv",
     "Unset",
+    "allow_obsolete",
     "env_value",
     "gopen_rewrite",
     "launcher_env",
@@ -214,6 +215,25 @@ def spec_variable(name: str, environ: Mapping[str, str] | None = None) -> str | 
     """
     env = os.environ if environ is None else environ
     return env.get("WDS_" + name)
+
+
+def allow_obsolete(environ: Mapping[str, str] | None = None) -> bool:
+    """WebDataset's ``ALLOW_OBSOLETE``: a non-zero integer lets a function marked ``@obsolete``
+    run instead of raising; read by ``shardstream.deprecation.obsolete`` at every call, as
+    WebDataset reads it.
+
+    Raises:
+        ConfigurationError: the value is not an integer (WebDataset's ``int()`` fails there too).
+    """
+    env = os.environ if environ is None else environ
+    value = env.get("ALLOW_OBSOLETE", "0")
+    try:
+        return int(value) != 0
+    except ValueError:
+        raise ConfigurationError(
+            f"ALLOW_OBSOLETE={value!r} is not an integer; set it to 1 to let functions marked "
+            "@obsolete run, or unset it"
+        ) from None
 
 
 def gopen_rewrite(environ: Mapping[str, str] | None = None) -> str | None:

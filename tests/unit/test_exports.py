@@ -33,6 +33,7 @@ def test_all_is_sorted_and_complete() -> None:
     assert public - set(shardstream.__all__) <= {
         "config",
         "decoders",
+        "deprecation",
         "errors",
         "forks",
         "faults",

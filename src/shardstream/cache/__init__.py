@@ -4,7 +4,8 @@
 present it as a :class:`~shardstream.sources.Source` layer over another source, ranged reads
 included (see ``source``). The
 WebDataset 1.0.2 names of ``webdataset.cache`` (``FileCache``, ``LRUCleanup``, ``pipe_cleaner``,
-...) are provided with the same signatures. ``default_cache_dir`` / ``default_cache_size`` are
+..., and the ``obsolete`` and ``reraise_exception`` it imports) are provided with the same
+signatures. ``default_cache_dir`` / ``default_cache_size`` are
 read from the environment when accessed, not at import.
 """
 
@@ -12,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..deprecation import obsolete
+from ..handlers import reraise_exception
 from .compat import (
     FileCache,
     LRUCleanup,
@@ -46,8 +49,10 @@ __all__ = [
     "get_filetype",
     "islocal",
     "magic_filetype",
+    "obsolete",
     "pipe_cleaner",
     "plan_eviction",
+    "reraise_exception",
     "url_to_cache_name",
 ]
 

@@ -42,8 +42,8 @@ def synthetic_jpeg(i: int, size: int = 256) -> bytes:
     axis = np.arange(size, dtype=np.float32)
     fx, fy = rng.uniform(8, 40, 3), rng.uniform(8, 40, 3)
     phase = rng.uniform(0, 6.28, 3)
-    # Separable waves (a sin row times a cos column per channel): ~7 ms per image with the JPEG
-    # encode, so a few thousand samples take seconds, not minutes.
+    # Separable waves (a sin row times a cos column per channel): cheap enough, with the JPEG
+    # encode, that a few thousand samples take seconds, not minutes.
     rows = np.sin(axis[None, :] / fx[:, None] + phase[:, None])
     cols = np.cos(axis[None, :] / fy[:, None] - phase[:, None])
     image = 127 + 100 * np.einsum("cy,cx->yxc", cols, rows)

@@ -1,7 +1,8 @@
 """WebDataset-compatible names and namespaces: thin re-exports, no logic.
 
 ``wds.compat`` itself is WebDataset's ``compat`` module (WebDataset, WebLoader, FluidInterface,
-FluidWrapper, check_empty, and the names that module imports); the sibling modules mirror
+FluidWrapper, check_empty, and the names that module imports, ``SimpleNamespace`` and ``urlparse``
+included); the sibling modules mirror
 ``webdataset.handlers``,
 ``webdataset.shardlists``, ``webdataset.filters``, ``webdataset.tariterators``,
 ``webdataset.utils``, ``webdataset.gopen``, ``webdataset.mix``, ``webdataset.autodecode``,
@@ -10,7 +11,9 @@ FluidWrapper, check_empty, and the names that module imports); the sibling modul
 
 from __future__ import annotations
 
+from types import SimpleNamespace as SimpleNamespace
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse as urlparse
 
 from ..handlers import reraise_exception
 from ..pipeline.base import pipelinefilter

@@ -4,12 +4,16 @@ The ``*_loads`` functions and the ``decoders`` table are WebDataset's, over shar
 loaders: ``unpickle_loads`` refuses unless called with ``allow_pickle=True`` (pickle runs code
 from the shard) and ``torch_loads`` loads with ``weights_only=True``. Both also refuse, with
 WebDataset's ``ValueError``, while ``utils.enforce_security`` is set.
+
+WebDataset's module also binds what it imports (``partial`` and the ``utils`` module); so does
+this one, for code that reaches them through it.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from functools import partial as partial
 from typing import Any
 
 from ..decoders import (
@@ -33,6 +37,7 @@ from ..decoders import (
 from ..decoders import torch_loads as native_torch_loads
 from ..decoders.basic import cbor_loads, msgpack_loads, npy_loads, npz_loads, tenbin_loads
 from ..decoders.basic import unpickle_loads as native_unpickle_loads
+from . import utils as utils
 from ._security import refuse_if_enforced
 
 #: Always True: ``.pth`` fields load with ``torch.load(weights_only=True)``. Arbitrary pickled

@@ -1,12 +1,13 @@
 """WebDataset-compatible ``cache`` module for ``install_as_webdataset()`` (``webdataset.cache``).
 
-The names are those of :mod:`shardstream.cache` (which ``wds.cache`` is), plus the helpers
-``webdataset.cache`` imports: ``obsolete`` and ``reraise_exception``.
+The names are those of :mod:`shardstream.cache` (which ``wds.cache`` is), plus what
+``webdataset.cache`` imports besides: ``urlparse`` and the ``gopen`` module.
 """
 
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlparse as urlparse
 
 from .. import cache as native
 from ..cache import (
@@ -18,11 +19,12 @@ from ..cache import (
     get_filetype,
     islocal,
     magic_filetype,
+    obsolete,
     pipe_cleaner,
+    reraise_exception,
     url_to_cache_name,
 )
-from ..handlers import reraise_exception
-from .utils import obsolete
+from . import gopen as gopen
 
 __all__ = [
     "FileCache",

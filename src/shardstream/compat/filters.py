@@ -2,9 +2,15 @@
 
 Also WebDataset's ``_``-prefixed function forms (``_batched(data, 3)``) and helpers (``pick``,
 ``compose``, ...) from :mod:`._curried`, and ``LMDBCached``, deliberately not provided.
+
+WebDataset's module also binds what it imports (``fnmatch``, ``reduce`` and the ``autodecode`` and
+``utils`` modules); so does this one, for code that reaches them through it.
 """
 
 from __future__ import annotations
+
+from fnmatch import fnmatch as fnmatch
+from functools import reduce as reduce
 
 from ..handlers import reraise_exception
 from ..pipeline.annotate import associate, info
@@ -18,6 +24,8 @@ from ..pipeline.mapping import map, map_dict, map_tuple, select, transform_with
 from ..pipeline.sampling import rsample
 from ..pipeline.shuffle import detshuffle, shuffle
 from ..pipeline.window import slice
+from . import autodecode as autodecode
+from . import utils as utils
 from ._curried import (
     FilterFunction,
     RestCurried,

@@ -5,6 +5,10 @@ reading an entry gives an opener function ``(url, mode="rb", bufsize=8192, **kw)
 one (``gopen_schemes["myfs"] = my_opener``) makes every reader in the process (datasets,
 ``gopen``, the cache) open that scheme's URLs with it, as in WebDataset. Such URLs are read as
 streams from their start (a resume skips the bytes before its offset).
+
+WebDataset's module also binds what it imports (``PIPE``, ``Popen``, ``urlparse``,
+``url2pathname`` and the ``utils`` module); so does this one, for code that reaches them through
+it.
 """
 
 from __future__ import annotations
@@ -13,7 +17,11 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from subprocess import PIPE as PIPE
+from subprocess import Popen as Popen
 from typing import Any, BinaryIO
+from urllib.parse import urlparse as urlparse
+from urllib.request import url2pathname as url2pathname
 
 from ..config import gopen_rewrite, read_settings
 from ..errors import ConfigurationError
@@ -28,6 +36,7 @@ from ..sources import (
     unregister_source,
 )
 from ..sources.base import ObjectInfo
+from . import utils as utils
 from ._omitted import omitted
 from ._security import refuse_if_enforced
 

@@ -3,6 +3,9 @@
 ``DirectoryShardList`` (shards claimed from a directory by concurrent readers) is in
 :mod:`.directory_shards`; ``MultiShardSample`` (YAML mixtures, obsolete in WebDataset) is not
 provided and raises.
+
+WebDataset's module also binds what it imports (``dataclass``, ``field``, ``islice`` and the
+``utils`` module); so does this one, for code that reaches them through it.
 """
 
 from __future__ import annotations
@@ -12,6 +15,9 @@ import os
 import random
 import sys
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass as dataclass
+from dataclasses import field as field
+from itertools import islice as islice
 from typing import Any
 
 from ..pipeline.base import pipelinefilter
@@ -27,6 +33,7 @@ from ..readers.shardlists import (
 )
 from ..shards.spec import expand_urls
 from ..shards.spec import expand_variables as envsubst
+from . import utils as utils
 from ._omitted import omitted
 from .directory_shards import (
     DirectoryShardList,

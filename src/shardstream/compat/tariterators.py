@@ -3,6 +3,9 @@
 These keep WebDataset's item shapes (``{"url", "stream"}``, ``{"fname", "data", "__url__"}``)
 for code that composes them by hand; the fast path is the reading stage,
 :class:`shardstream.pipeline.ReadShards`.
+
+WebDataset's module also binds what it imports (the ``filters`` and ``gopen`` modules); so does
+this one, for code that reaches them through it.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from ..sources import SchemeRouter, open_url
 from ..tar.grouping import group_samples, split_key
 from ..tar.reader import iter_members
 from ..tar.samples import TarFormat
+from . import filters as filters
+from . import gopen as gopen
 
 __all__ = [
     "base_plus_ext",

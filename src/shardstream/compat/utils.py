@@ -9,19 +9,18 @@ are opt-in per object here: ``allow_pipe=``, ``allow_pickle=``).
 from __future__ import annotations
 
 import fnmatch
-import functools
 import glob
 import importlib
 import itertools
 import re
 import sys
-import warnings
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import braceexpand
 import numpy as np
 
+from ..deprecation import ObsoleteException, deprecated, obsolete
 from ..pipeline.base import PipelineStage
 from ..shards.world import World, derive_seed
 
@@ -158,48 +157,6 @@ def repeatedly(
         epoch += 1
         if count == 0 or (nepochs is not None and epoch >= nepochs):
             return
-
-
-def deprecated(arg: Any = None) -> Any:
-    """Decorator (``@deprecated`` or ``@deprecated("reason")``): warn with DeprecationWarning on call."""
-    reason = None if callable(arg) else arg
-
-    def decorator(func: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(func)
-        def new_func(*args: Any, **kwargs: Any) -> Any:
-            msg = f"Call to deprecated function {func.__name__}."
-            if reason is not None:
-                msg += " Reason: " + reason
-            warnings.warn(msg, category=DeprecationWarning, stacklevel=2)
-            return func(*args, **kwargs)
-
-        return new_func
-
-    return decorator(arg) if callable(arg) else decorator
-
-
-class ObsoleteException(Exception):
-    """Raised by a function marked ``@obsolete``."""
-
-
-def obsolete(func: Callable[..., Any] | None = None, *, reason: str | None = None) -> Any:
-    """Decorator: calling the function raises :class:`ObsoleteException`.
-
-    WebDataset permits the call when the environment has ``ALLOW_OBSOLETE=1``; shardstream reads
-    no such variable, so obsolete functions always raise.
-    """
-    if func is None:
-        return functools.partial(obsolete, reason=reason)
-    name = getattr(func, "__name__", repr(func))
-
-    @functools.wraps(func)
-    def new_func(*args: Any, **kwargs: Any) -> Any:
-        msg = f"Call to obsolete function {name}."
-        if reason is not None:
-            msg += " Reason: " + reason
-        raise ObsoleteException(msg)
-
-    return new_func
 
 
 def compute_sample_weights(n_w_pairs: Iterable[tuple[float, float]]) -> Any:

@@ -2,6 +2,9 @@
 
 ``default_handlers`` and ``make_handlers()`` leave out the pickle extensions (``pyd``,
 ``pickle``): a writer writes them only with ``allow_pickle=True``.
+
+WebDataset's module also binds ``gopen``: the function ``gopen.gopen`` (its ``from . import gopen``
+runs after the package bound that name to the function), and so does this one.
 """
 
 from ..tar.encoders import (
@@ -22,6 +25,7 @@ from ..tar.encoders import (
 )
 from ..tar.sharded_writer import ShardWriter
 from ..tar.writer import TarWriter
+from .gopen import gopen as gopen
 
 __all__ = [
     "ShardWriter",

@@ -26,11 +26,11 @@ in request order (or, in a request's place, the exception that stopped it):
 
 Rejected: a pool of threads, each calling the source's ranged ``open`` (what this module did
 first): a ranged ``open`` is a streaming reader (retry and resume machinery, an ``http.client``
-response, a thread woken per request and the GIL handed over several times), about 0.3-0.5 ms
-of client CPU per sample against about 0.1 ms for a GET on the ``epoll`` loop; it held
-ShardDataset at 0.18-0.21x ObjectDataset's samples/s on the same samples, and the engine doubles
-that (0.22x with SeaweedFS's 4 MB chunks, 0.46-0.56x with 1 MB chunks: the rest is the server
-reading a whole chunk per range; ``benchmarks/results/bench_random_access.md``).
+response, a thread woken per request and the GIL handed over several times), several times the
+client CPU per sample of a GET on the ``epoll`` loop. The engine about doubled ShardDataset's
+samples/s on the same samples; what keeps it under ObjectDataset's is the server reading a whole
+stored chunk per range (``benchmarks/results/bench_random_access.md`` has the runs before and
+after, with 4 MB and 1 MB chunks).
 :class:`~shardstream.objects.FetchAhead`: it starts its threads for each run and joins them when
 the run ends, once per DataLoader batch.
 """

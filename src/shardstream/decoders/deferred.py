@@ -1,7 +1,7 @@
 """Deferred arrays: a decoded value whose pixels are written later, straight into a batch.
 
 Decoding a JPEG to a fresh array and then copying it into the batch costs a 196 KB copy per
-256x256 image (about 10% of the decode) and a fresh allocation; decoding straight into the
+256x256 image (a noticeable share of the decode itself) and a fresh allocation; decoding straight into the
 batch's buffer costs neither. A decoder can do that only when it knows the batch, so the
 decode stage may return a :class:`DeferredArray` (the shape and dtype read from the header, the
 compressed bytes, and a function that decodes into given memory) and the default collation

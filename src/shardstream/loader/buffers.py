@@ -3,10 +3,11 @@
 A batch of 32 256x256 RGB images is 6 MiB. Made in fresh memory every time, each of its pages
 is faulted in and zeroed by the kernel on first touch (about 1,500 faults a batch), and unmapped
 again when the batch is freed, which in a process with several threads also interrupts the
-other threads' cores to flush their TLBs. Measured on 2 cores, decoding straight into fresh
-batches: 370-390 us of CPU per 256x256 JPEG on 2 threads, against 296 us for the same decode
-into memory already mapped. So thread mode makes its batches in a few buffers that stay mapped,
-as process mode does with its shared-memory ring (``shm.py``).
+other threads' cores to flush their TLBs: decoding straight into fresh batches cost clearly more
+CPU per JPEG than the same decode into memory already mapped, in an A/B run that no results file
+holds (``benchmarks/bench_loader.py`` measures thread mode with the reused buffers). So thread
+mode makes its batches in a few buffers that stay mapped, as process mode does with its
+shared-memory ring (``shm.py``).
 
 A buffer is lent as a numpy array over it; the batch tensor holds that array (``from_numpy``),
 and so does every view of the batch. When the last of them is gone, a finalizer on the array

@@ -111,11 +111,11 @@ class Loader:
         tune_malloc: in thread mode, raise glibc's mmap and trim thresholds in this process
             when the first epoch starts (``malloc.py``), so decode buffers are reused on the heap
             instead of mapped and unmapped per image; an unmap in a process with several
-            threads also interrupts the others (TLB shootdown). Measured on 2 cores, 256x256
-            JPEGs on 2 threads: 5,520-5,770 samples/s tuned against 4,600-4,940 untuned. It
-            changes the whole process (memory is kept after a peak) and is logged once;
-            default: on, unless ``SHARDSTREAM_TUNE_MALLOC=0``. Worker processes are tuned
-            as ``WebLoader``'s are.
+            threads also interrupts the others (TLB shootdown); it raised thread mode's rate
+            on 256x256 JPEGs in an A/B run that no results file holds (the thread-mode rows
+            of ``benchmarks/bench_loader.py`` run tuned). It changes the whole process
+            (memory is kept after a peak) and is logged once; default: on, unless
+            ``SHARDSTREAM_TUNE_MALLOC=0``. Worker processes are tuned as ``WebLoader``'s are.
     """
 
     def __init__(

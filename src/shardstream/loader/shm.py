@@ -236,9 +236,10 @@ class WorkerRing:
 
         torch's queue would move its storage into a new shared-memory segment and send the file
         descriptor over a fresh, authenticated socket to the main process: one connection per
-        tensor, about 0.5 ms of CPU across the two processes (measured: with a label and a
-        16-byte payload per sample, batches of 32, that hand-off was most of process mode's
-        cost). A small tensor crosses inside the batch's pickle instead; a larger one is copied
+        tensor, costly in CPU across the two processes (with a label and a 16-byte payload per
+        sample, batches of 32, that hand-off was most of process mode's cost in an A/B run that
+        no results file holds; ``benchmarks/bench_loader.py``'s tiny section measures process
+        mode as it is). A small tensor crosses inside the batch's pickle instead; a larger one is copied
         into a buffer of the pool (what torch's segment would cost, without the socket).
         """
         try:

@@ -78,8 +78,8 @@ class FetchAhead(Generic[J, R]):
         """``(job, result or exception)`` for every job; close the generator to stop early."""
         self.stop.clear()
         # Jobs go to the threads and results come back through two C-level queues: a job costs
-        # two puts and two gets (about 1 us each), where a Future and its condition variables
-        # cost tens of microseconds and a lock allocated per wait.
+        # two puts and two gets (cheap C calls), where a Future and its condition variables
+        # cost many times more and a lock allocated per wait.
         todo: queue.SimpleQueue[tuple[int, J] | None] = queue.SimpleQueue()
         done: queue.SimpleQueue[tuple[int, Any, BaseException | None]] = queue.SimpleQueue()
         threads: list[threading.Thread] = []

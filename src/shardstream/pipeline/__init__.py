@@ -11,6 +11,8 @@ Layering: builds on planning (:mod:`shardstream.shards`), telemetry, the sources
 and the decoders; used by the readers, the datasets, the loader and the facades.
 """
 
+from typing import Any
+
 from .annotate import associate, info
 from .base import (
     FunctionStage,
@@ -30,12 +32,13 @@ from .cached import Cached
 from .decode import Decode, decode
 from .fields import Rename, ToTuple, extract_keys, getfirst, rename, rename_keys, to_tuple
 from .fluent import FluidInterface, FluidWrapper
+from .iterable import IterableDatasetBase, require_torch
 from .mapping import Map, MapDict, MapTuple, Select, map, map_dict, map_tuple, select, transform_with
 from .pipeline import DataPipeline
 from .sampling import resampled, rsample
 from .seams import LoaderDataset, ReadsSource, Stateful
 from .shuffle import Shuffle, detshuffle, shuffle
-from .window import MockDataset, repeatedly, slice, with_epoch, with_length
+from .window import MockDataset, add_length_method, repeatedly, slice, with_epoch, with_length
 
 __all__ = [
     "Batched",
@@ -65,6 +68,7 @@ __all__ = [
     "StateDict",
     "Stateful",
     "ToTuple",
+    "add_length_method",
     "associate",
     "batched",
     "decode",
@@ -95,3 +99,16 @@ __all__ = [
     "with_length",
 ]
 assert sorted(__all__) == __all__
+
+
+def __getattr__(name: str) -> Any:
+    # WebDataset's ``pipeline`` module re-exports torch's DataLoader and IterableDataset, and
+    # ``wds.pipeline`` is this package; resolved on first use, so that importing needs no torch.
+    if name == "IterableDataset":
+        return IterableDatasetBase
+    if name == "DataLoader":
+        require_torch("shardstream.pipeline.DataLoader")
+        import torch.utils.data
+
+        return torch.utils.data.DataLoader
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -94,7 +94,7 @@ class ToTuple(MapStage):
             else:
                 result = tuple(getfirst(sample, f, None, missing_is_error) for f in fields)
             # Identity test: "None in result" would call __eq__ on numpy arrays and fail. A plain
-            # loop: any() over a generator costs ~0.2 us more per sample.
+            # loop: any() over a generator costs more per sample.
             if none_is_error:
                 for x in result:
                     if x is None:

@@ -23,9 +23,10 @@ is not stateful and the pipeline replays instead.
 
 Chunks: a handful of microseconds of pool overhead per submission would dominate tiny samples
 (to_tuple on a 100-byte sample) while one item per task is right for a 5 ms decode. The node
-times the work per item on the pool threads and sizes chunks to about 4 ms of work (on 2 cores,
-256x256 JPEGs: 363 us of CPU per sample with 4-5 ms chunks, 393 us with one 0.3 ms decode per
-task; one thread needs 330 us).
+times the work per item on the pool threads and sizes chunks to about 4 ms of work: on 2 cores,
+one JPEG decode per task cost more CPU per sample than chunks of a few milliseconds, which came
+close to one thread's cost (an A/B run that no results file holds; ``benchmarks/bench_loader.py``
+measures thread mode with the chunks as they are).
 
 The GIL: one chunk in eight times each stage's calls in wall and thread CPU time, and the
 chunk's wait for a core (the kernel's run-queue time, ``/proc/thread-self/schedstat``), into the
@@ -53,7 +54,7 @@ from .base import MapStage, Node, RunContext, StateDict
 
 __all__ = ["ParallelMapNode", "Threads", "build_parallel"]
 
-_CHUNK_SECONDS = 0.004  # target work per submitted chunk (measured: 0.5 ms chunks cost 8% more CPU)
+_CHUNK_SECONDS = 0.004  # target work per submitted chunk (sub-millisecond chunks cost more CPU)
 _MAX_CHUNK = 64
 _SAMPLE_EVERY = 8  # one chunk in this many times each stage in wall and CPU time (the GIL check)
 
@@ -132,11 +133,12 @@ class Threads:
         loop waits for is helped before other work, a batch made ahead only when nothing else
         waits. A batch's deferred decodes are filled this way, so a thread that would idle (an
         epoch's first and last batches, a reader that falls behind) takes rows of the batch
-        another one is making. On 2 cores, 256x256 JPEGs, a decode stage, 2 threads, the first
-        batch of an epoch came in 16.8-18.2 ms against 25.1-25.6 ms without it and without the
-        prompt hand-out of :class:`ParallelMapNode` (medians of 30); the rate did not change. The
-        calling thread never waits for help that has not started (it takes the rows itself), so
-        a pool whose every thread spreads a batch cannot deadlock.
+        another one is making. With the prompt hand-out of :class:`ParallelMapNode`, it brought
+        the first batch of an epoch sooner without changing the rate (2 threads, a decode stage;
+        an A/B run that no results file holds; ``benchmarks/bench_loader.py`` reports the first
+        batch of thread mode as it is). The calling thread never waits for help that has not
+        started (it takes the rows itself), so a pool whose every thread spreads a batch cannot
+        deadlock.
         """
         job = _Spread(n, fn)
         later = self._local.priority == self._LATER

@@ -70,11 +70,12 @@ class _ShuffleNode(Node):
     def _run(self) -> Iterator[Any]:
         assert self.upstream is not None
         src = iter(self.upstream)
-        if self.explicit_rng is not None:
-            draw_one = self.explicit_rng.random
-            draws: Iterator[float] = iter(draw_one, None)
-        else:
-            draws = _draws(self.seed, self.draws)
+        # A caller's random.Random draws as WebDataset's pick() does (randint over the buffer), so
+        # that a pipeline seeded for WebDataset keeps its order; our own draws are the floats of
+        # _draws, which a saved state can fast-forward.
+        explicit = self.explicit_rng
+        randint = explicit.randint if explicit is not None else random.randint  # unused without one
+        draws: Iterator[float] = _draws(self.seed, self.draws) if explicit is None else iter(())
         buf, pos, tell = self.buf, self.pos, self.up_tell
         bufsize, initial = self.bufsize, self.initial
         if tell is None:
@@ -86,12 +87,12 @@ class _ShuffleNode(Node):
                     if extra is not _END:
                         buf.append(extra)
                 if len(buf) >= initial:
-                    k = int(next(draws) * len(buf))
+                    k = int(next(draws) * len(buf)) if explicit is None else randint(0, len(buf) - 1)
                     buf[k], buf[-1] = buf[-1], buf[k]
                     self.draws += 1
                     yield buf.pop()
             while buf:
-                k = int(next(draws) * len(buf))
+                k = int(next(draws) * len(buf)) if explicit is None else randint(0, len(buf) - 1)
                 buf[k], buf[-1] = buf[-1], buf[k]
                 self.draws += 1
                 yield buf.pop()
@@ -105,14 +106,14 @@ class _ShuffleNode(Node):
                     buf.append(extra)
                     pos.append(tell())
             if len(buf) >= initial:
-                k = int(next(draws) * len(buf))
+                k = int(next(draws) * len(buf)) if explicit is None else randint(0, len(buf) - 1)
                 buf[k], buf[-1] = buf[-1], buf[k]
                 pos[k], pos[-1] = pos[-1], pos[k]
                 self.draws += 1
                 self.last = pos.pop()
                 yield buf.pop()
         while buf:
-            k = int(next(draws) * len(buf))
+            k = int(next(draws) * len(buf)) if explicit is None else randint(0, len(buf) - 1)
             buf[k], buf[-1] = buf[-1], buf[k]
             pos[k], pos[-1] = pos[-1], pos[k]
             self.draws += 1
@@ -131,8 +132,12 @@ class Shuffle(Stage):
     Args:
         bufsize: buffer size (default 1000). Values below 2 make the stage a pass-through.
         initial: items buffered before the first output (default 100, capped at bufsize).
-        rng: an explicit ``random.Random`` to draw from (overrides the seed logic; its state is
-            not saved, so a pipeline using it replays on restore).
+        rng: an explicit ``random.Random`` to draw from, as WebDataset 1.0.2 does
+            (``rng.randint(0, len(buffer) - 1)`` per item): the same seeded ``random.Random``
+            gives WebDataset's order. It overrides the seed logic, and its state is not saved:
+            a pipeline using it replays the epoch on restore, drawing from the ``rng`` the
+            restored pipeline was built with (build it with a new ``random.Random`` seeded as
+            the first was, and the replay continues the same order).
         seed: base seed; ``None`` uses the pipeline's seed, else ``SHARDSTREAM_SEED``/``WDS_SEED``
             or 0.
     """

@@ -1,4 +1,5 @@
-"""Windows over a stream and dataset wrappers: slice, with_epoch, with_length, repeatedly, MockDataset."""
+"""Windows over a stream and dataset wrappers: slice, with_epoch, with_length, repeatedly, MockDataset,
+and WebDataset's ``add_length_method``."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 from .base import Node, RunContext, Stage, StateDict
 from .iterable import IterableDatasetBase as IterableDataset
 
-__all__ = ["MockDataset", "repeatedly", "slice", "with_epoch", "with_length"]
+__all__ = ["MockDataset", "add_length_method", "repeatedly", "slice", "with_epoch", "with_length"]
 
 
 class _SliceNode(Node):
@@ -130,3 +131,19 @@ class MockDataset(IterableDataset):  # type: ignore[type-arg]
     def __iter__(self) -> Iterator[Any]:
         for _ in range(self.length):
             yield self.sample
+
+
+def add_length_method(obj: Any) -> Any:
+    """Give ``obj`` a ``__len__`` returning ``obj.size`` (WebDataset's ``pipeline.add_length_method``).
+
+    As in WebDataset, ``obj`` changes class in place: to a subclass of its own class and of
+    torch's ``IterableDataset`` (a plain stand-in without torch), named ``<class>_Length``.
+    """
+
+    def length(self: Any) -> int:
+        return int(self.size)
+
+    cls = obj.__class__
+    bases = (cls,) if issubclass(cls, IterableDataset) else (cls, IterableDataset)
+    obj.__class__ = type(cls.__name__ + "_Length", bases, {"__len__": length})
+    return obj

@@ -40,7 +40,7 @@ from .world import derive_seed
 
 __all__ = ["BLOCK", "Balanced", "RandomDraws", "Schedule", "balanced_count", "phases", "picks_before_stop"]
 
-#: Picks planned at once: a few numpy calls per block (about 30 ns per pick), a list step per pick.
+#: Picks planned at once: a few numpy calls per block (little per pick), a list step per pick.
 BLOCK = 4096
 
 

@@ -30,14 +30,16 @@ Scale: a plan is lazy. :func:`plan_epoch` costs ``O(n)`` vectorised work for ``n
 1,000,000 shards and 131,072 slots plans in well under a second without holding the world's runs.
 
 Changes from the first planner (which built every slot's runs eagerly): the shard permutation
-is NumPy's legacy ``RandomState`` (MT19937) instead of ``random.Random.shuffle`` (30x faster at
-a million shards, and NumPy keeps that stream fixed across versions and platforms, so every rank
-computes the same order), so the plan's order for a given ``(seed, epoch)`` differs from earlier
+is NumPy's legacy ``RandomState`` (MT19937) instead of ``random.Random.shuffle`` (much faster at
+a million shards: ``benchmarks/results/bench_plan.md``, "The plan's shard permutation alone";
+and NumPy keeps that stream fixed across versions and platforms, so every rank computes the
+same order), so the plan's order for a given ``(seed, epoch)`` differs from earlier
 releases (shard lists' ``ShardShuffle`` keeps :func:`epoch_order`); given the order, exact mode
 and ``granularity="sample"`` cut the same runs as before.
 ``granularity="shard"`` no longer deals shards one by one with a heap (largest remaining quota
-first): that is sequential over every shard and slot (8-12 s at a million shards), and no slot's
-share follows without the others'. It now moves the boundaries between the slots' ideal ranges
+first): that is sequential over every shard and slot (seconds at a million shards: the
+"before" column of ``benchmarks/results/bench_plan.md``), and no slot's share follows without
+the others'. It now moves the boundaries between the slots' ideal ranges
 to the nearest shard boundary (:class:`~shardstream.shards.slots.ShardCuts`), with the same
 guarantees: exact quotas, no sample read twice, only top-up pieces start inside a shard, a shard
 of its own for every slot, a new assignment every epoch, and the same :class:`SplitError`.

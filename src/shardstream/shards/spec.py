@@ -90,8 +90,8 @@ def _special(url: str) -> bool:
 
 
 def _expand(spec: str) -> list[str]:
-    """``braceexpand``'s expansion of ``spec``; the common one-range spec made directly (a million
-    shards in 0.2 s, against 1.5 s through ``braceexpand``), with its zero-padding rule."""
+    """``braceexpand``'s expansion of ``spec``; the common one-range spec made directly (several
+    times faster than ``braceexpand`` at a million shards), with its zero-padding rule."""
     if "{" not in spec:
         return [spec] if "}" not in spec and "\\" not in spec else list(braceexpand.braceexpand(spec))
     m = _ONE_RANGE.fullmatch(spec)

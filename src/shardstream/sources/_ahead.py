@@ -1,8 +1,8 @@
 """Opening a stream before its turn, so that a request's round trip overlaps other work.
 
 Opening an S3 or HTTP object waits for the server's first answer: a few milliseconds from a
-local SeaweedFS (5-10 ms for a 7 MB shard on this project's test machine, as long as the rest of
-the transfer), tens of milliseconds from a real object store. A reader that opens each shard only
+local SeaweedFS (on this project's test machine about as long as the rest of a shard's
+transfer), tens of milliseconds from a real object store. A reader that opens each shard only
 when the previous one ends spends that wait with nothing else to do. :class:`PendingOpen` starts
 the open in a thread of its own now and hands the stream over later, so the reading stage opens
 shard ``n + 1`` while it parses shard ``n``; once the response has begun, the kernel's receive

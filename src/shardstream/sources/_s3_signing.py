@@ -160,7 +160,7 @@ class S3Addressing:
 
     def signed_request(self, method: str, url: str) -> tuple[str, dict[str, str]]:
         """The HTTP URL of ``s3://bucket/key`` and the headers that sign a ``method`` request
-        for it (none with ``anon=True``). Costs about 15 us of CPU (see :mod:`._sigv4`)."""
+        for it (none with ``anon=True``). Cheap: the day's signing key is cached (see :mod:`._sigv4`)."""
         address, host, path, headers = self._signed_parts(method, url)
         return f"{address[0]}://{host}{path}", headers
 

@@ -128,8 +128,8 @@ class ThreadedGets:
         self._get_into = get_into
         self._window = window
         self._retries_itself = retries_itself
-        # Two C-level queues, as in objects.FetchAhead: about 1 us per hand-over, where a Future
-        # and its condition variables cost tens of microseconds.
+        # Two C-level queues, as in objects.FetchAhead: a cheap C call per hand-over, where a
+        # Future and its condition variables cost many times more.
         self._todo: queue.SimpleQueue[_Todo | None] = queue.SimpleQueue()
         self._done: queue.SimpleQueue[Outcome | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []

@@ -5,16 +5,17 @@ Two forms, both in the index's (sorted) order:
 * :class:`BraceNames`: ``prefix{000000..999999}suffix``, for names that are one zero-padded
   numbered series (what ``ShardWriter``, ``pack`` and the Ray writer produce): a few bytes in the
   index, nothing in memory.
-* :class:`ListNames`: every name, one per line, held as one string (about 12 MB for a million
-  names, against about 70 MB as a list of strings).
+* :class:`ListNames`: every name, one per line, held as one string (its characters and a newline
+  per name, where a list of strings costs a Python object per name).
 
 Matching: the planner needs each URL's count, aligned with the URL list. Looking each URL's
-basename up in a dict costs a million Python-level steps and a million-key dict (1.5 s and
-+174 MB at a million shards). :meth:`match` instead checks, a chunk of URLs at a time, that the
-URLs are ``base + name`` for consecutive names: the chunk is joined and compared with the names'
-text in C (``str.join``, ``str.replace``, ``==``; the brace form's text is made with NumPy), so
-the counts are a slice of the table's array. Anything else (URLs from several directories, a
-subset out of order) makes :meth:`match` answer ``None`` and the caller looks names up one by one.
+basename up in a dict costs a million Python-level steps and a million-key dict (the "scan of
+the entries, dict lookups" row of ``benchmarks/results/bench_plan.md``). :meth:`match` instead
+checks, a chunk of URLs at a time, that the URLs are ``base + name`` for consecutive names: the
+chunk is joined and compared with the names' text in C (``str.join``, ``str.replace``, ``==``;
+the brace form's text is made with NumPy), so the counts are a slice of the table's array.
+Anything else (URLs from several directories, a subset out of order) makes :meth:`match` answer
+``None`` and the caller looks names up one by one.
 """
 
 from __future__ import annotations

@@ -217,8 +217,9 @@ _COUNT = re.compile(rb'\{"url": "([^"\\]*)", "samples": (\d+)')
 
 def _counts(url: str, raw: bytes) -> dict[str, int]:
     """Counts of an index without a head: a scan of the entries' ``url``/``samples`` pairs when the
-    layout is :func:`write_index`'s (a full parse builds a dict per entry: 3.7 s and +528 MB at
-    a million shards, against 1.5 s and +174 MB), else a full parse."""
+    layout is :func:`write_index`'s (a full parse builds a dict per entry, several times the time
+    and memory of the scan at a million shards: ``benchmarks/results/bench_plan.md``), else a
+    full parse."""
     if f'"format": "{INDEX_FORMAT}", "version": {_VERSION}'.encode() in raw[:200]:
         found = {m.group(1).decode(): int(m.group(2)) for m in _COUNT.finditer(raw)}
         if len(found) == raw.count(b'"url":'):  # every entry matched (and no name twice)
@@ -231,8 +232,8 @@ def read_counts(url_or_dir: str, *, storage_options: Mapping[str, Any] | None = 
     one, else a dict (an index written before the table, read whole as before).
 
     Every rank and worker of a job reads the counts, so an index with a head is read only up to
-    the end of its counts table (one or two ranged requests; at a million shards 5 MB in about
-    0.03 s, ``benchmarks/results/bench_plan.md``).
+    the end of its counts table (one or two ranged requests; the bytes read at a million shards
+    are in ``benchmarks/results/bench_plan.md``).
 
     Raises:
         ShardNotFoundError: no index there.

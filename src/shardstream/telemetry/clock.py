@@ -41,7 +41,7 @@ __all__ = ["SLOW_NS", "WARMUP", "Clock", "Slot", "clocked", "timed_map"]
 #: Pulls timed one by one before sampling may start.
 WARMUP = 64
 #: A node whose pulls take at least this long on average (batches of samples) is timed at every
-#: pull: the clock then costs under 0.1% of the pull.
+#: pull: the clock's two reads are then negligible next to the pull.
 SLOW_NS = 250_000
 _rng = random.Random(16)  # the same gaps in every process and run
 _GAPS = tuple(_rng.randint(1, 255) for _ in range(97))
