@@ -166,6 +166,53 @@ _ENCODED_PARAM = re.compile(
 )
 
 
+#: Fields whose quoted value is a secret where text holds a dict's ``repr`` or JSON (a
+#: ``storage_options`` dict, a key file): ``'secret_access_key': '...'``, ``"private_key": "..."``.
+#: Narrower than the parameter names: ``key`` names sample keys and ``signature`` hashes there.
+#: An access key's id goes for the reason ``X-Amz-Credential`` does.
+_SECRET_FIELDS = frozenset(
+    {
+        "access_key_id",
+        "aws_access_key_id",
+        "secret",
+        "secret_key",
+        "secret_access_key",
+        "aws_secret_access_key",
+        "session_token",
+        "aws_session_token",
+        "security_token",
+        "token",
+        "access_token",
+        "id_token",
+        "refresh_token",
+        "hf_token",
+        "api_key",
+        "apikey",
+        "account_key",
+        "sas_token",
+        "connection_string",
+        "client_secret",
+        "private_key",
+        "private_key_id",
+        "password",
+        "passwd",
+        "authorization",
+        "credential",
+        "credentials",
+    }
+)
+_QUOTED_FIELD = re.compile(
+    r"(?P<head>(?P<q>['\"])(?P<name>[A-Za-z0-9_-]{1,40})(?P=q)\s*:\s*(?P<v>['\"]))"
+    r"(?P<value>(?:\\.|(?!(?P=v)).)*)(?P=v)"
+)
+
+
+def _redact_field(match: re.Match[str]) -> str:
+    if match.group("value") and match.group("name").lower() in _SECRET_FIELDS:
+        return f"{match.group('head')}***{match.group('v')}"
+    return match.group(0)
+
+
 def _secret_name(name: str) -> bool:
     for _ in range(3):  # X%252DAmz%252DSignature: decoded at most three times
         decoded = unquote(name)
@@ -188,7 +235,8 @@ def redact_url(url: object, *, limit: int | None = None) -> str:
     string, the ``str`` of a saved state): every ``scheme://user:password@`` loses its user info,
     and the value of every query parameter named in :data:`_SECRET_PARAMETERS` (any case, the
     name percent-encoded or not) becomes ``***``; the same holds inside a percent-encoded URL (one
-    passed in another's query).
+    passed in another's query). A quoted value of a field named in :data:`_SECRET_FIELDS`, in a
+    dict's ``repr`` or in JSON, becomes ``'***'`` too.
 
     Args:
         url: the text (any object: its ``str``).
@@ -199,6 +247,8 @@ def redact_url(url: object, *, limit: int | None = None) -> str:
     text = str(url)
     text = _USERINFO.sub(_redact_userinfo, text)
     text = _QUERY_PARAM.sub(_redact_param, text)
+    if ":" in text:
+        text = _QUOTED_FIELD.sub(_redact_field, text)
     if "%" in text:
         text = _ENCODED_USERINFO.sub(_redact_encoded_userinfo, text)
         text = _ENCODED_PARAM.sub(_redact_param, text)

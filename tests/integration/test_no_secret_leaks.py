@@ -329,6 +329,7 @@ def test_http_errors_log_lines_telemetry_and_reprs(
         engine,
         ss.WebDataset([ok, missing], storage_options=options),
         ss.SimpleShardList([ok, missing]),
+        ss.FunctionStage(_take, ok, storage_options=options),
         ss.ReadShards(source=get_source(ok, options)),
         get_source(ok, options),
         ss.SchemeRouter(storage_options=options),
@@ -406,7 +407,11 @@ def test_s3_wrong_keys(s3_server: Any, s3_bucket: str, capture: Capture, planted
             f"{name} listing",
             lambda: _take(ss.ObjectStream(f"s3://{s3_bucket}/train/", storage_options=options)),  # noqa: B023
         )
-        capture.show(get_source(url, options), ss.Dataset([url], storage_options=options, cache=None))
+        capture.show(
+            get_source(url, options),
+            ss.Dataset([url], storage_options=options, cache=None),
+            ss.FunctionStage(_take, url, storage_options=options),  # (a stage's repr shows its arguments)
+        )
     capture.check(planted, errors=8)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import pickle
 import random
@@ -98,6 +99,23 @@ def test_percent_encoded_urls(text: str) -> None:
     out = redact_url(text)
     assert "SECRET" not in out, out
     assert "sp%" in out or "sp=r" in out  # what is not secret stays
+
+
+def test_secret_fields_of_dict_reprs_and_json() -> None:
+    """storage_options and key files shown as a dict's repr or as JSON lose their secret values."""
+    options = {
+        "endpoint_url": "http://127.0.0.1:8333",
+        "secret_access_key": "SECRET1",
+        "Session_Token": "it's SECRET2",  # (repr quotes it with ")
+        "headers": {"Authorization": "Bearer SECRET3"},
+        "token": {"type": "service_account", "private_key": "-----BEGIN\nSECRET4\n"},
+    }
+    for text in (repr(options), json.dumps(options), f"FunctionStage(storage_options={options!r})"):
+        out = redact_url(text)
+        assert "SECRET" not in out, out
+        assert "http://127.0.0.1:8333" in out and "service_account" in out
+    kept = "{'key': 'k000', 'signature': 'ab12', 'token_count': '3'}"  # sample keys, hashes: not secrets
+    assert redact_url(kept) == kept
 
 
 def test_a_limit_cuts_after_redacting() -> None:
