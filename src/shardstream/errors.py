@@ -84,7 +84,8 @@ def _redact_encoded_userinfo(match: re.Match[str]) -> str:
 #: Query parameters whose values are secrets (compared case-insensitively, after percent-decoding
 #: the name). Signed URLs: AWS SigV4 (``X-Amz-Signature``, ``X-Amz-Credential``,
 #: ``X-Amz-Security-Token``) and SigV2 (``AWSAccessKeyId``, ``Signature``); GCS V4
-#: (``X-Goog-Signature``, ``X-Goog-Credential``) and V2 (``GoogleAccessId``, ``Signature``).
+#: (``X-Goog-Signature``, ``X-Goog-Credential``) and V2 (``GoogleAccessId``, ``Signature``);
+#: CloudFront (the Hub's CDN: ``Signature``, ``Key-Pair-Id``).
 #: The credential parameters name an access key or a service account rather than being one;
 #: they are removed all the same, since a key's identity is half of what an attacker needs and
 #: is what audit logs are searched by.
@@ -110,6 +111,7 @@ _SECRET_PARAMETERS = frozenset(
         "x-goog-signature",
         "x-goog-credential",
         "googleaccessid",
+        "key-pair-id",
         "sig",
         "skoid",
         "sktid",

@@ -29,6 +29,8 @@ SECRETS = [
     ("X-Goog-Signature", "5a4b3c2d1e0f"),
     ("X-Goog-Credential", "svc%40project.iam.gserviceaccount.com%2F20240101%2Fauto%2Fstorage"),
     ("GoogleAccessId", "svc@project.iam.gserviceaccount.com"),
+    # CloudFront (the Hugging Face Hub's CDN)
+    ("Key-Pair-Id", "K2JCJMDEHXQW5F"),
     # Azure SAS: the signature, and the ids of a user delegation key's principal and tenant
     ("sig", "Zm9vYmFyYmF6%2B%2F%3D"),
     ("skoid", "0b1c2d3e-aaaa-bbbb-cccc-0123456789ab"),
