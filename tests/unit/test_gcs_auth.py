@@ -52,12 +52,15 @@ def _account(**extra: Any) -> dict[str, Any]:
     }
 
 
-def test_keywords_and_defaults() -> None:
+def test_keywords_and_defaults(sources: list[GCSSource]) -> None:
     assert plan_token(None).form == "default"
     assert plan_token(None, emulator=True).kind == "anonymous"
     assert plan_token("anon").form == "anonymous"
     assert plan_token("google_default").kind == "application default credentials"
     assert plan_token("cloud").form == "metadata"
+    cloud = _source(sources, "cloud")
+    cloud.auth.resolve()  # (the metadata server is asked at the first request, not here)
+    assert cloud.auth.renewable and cloud.auth.kind == "metadata server credentials"
     for interactive in ("browser", "cache"):
         with pytest.raises(ConfigurationError, match="google_default"):
             plan_token(interactive)
