@@ -24,7 +24,8 @@ clauses written for WebDataset keep working::
     └── WorkerStuckError (RuntimeError)      a worker sent no batch in time: names it, its PID, its stack
 
 Messages state the value, the likely cause and the fix. They never contain credentials: URLs
-are passed through :func:`redact_url` before they are formatted.
+are passed through :func:`redact_url` before they are formatted, and :class:`ShardStreamError`
+passes its text through it again, for every subclass.
 """
 
 from __future__ import annotations
@@ -59,6 +60,12 @@ __all__ = [
 # user:password@ in any URL's authority (greedy up to the last "@" before the path, so a password
 # containing "@" is removed whole).
 _USERINFO = re.compile(r"(?<![A-Za-z0-9+.-])(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<info>[^/?#\s]*)@")
+# The same in a percent-encoded URL (a URL inside another one's query: ``?next=https%3A%2F%2Fu%3Ap%40h``),
+# at any depth of encoding (``%253A``).
+_ENCODED_USERINFO = re.compile(
+    r"(?<![A-Za-z0-9+.-])(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*%(?:25)*3[Aa]%(?:25)*2[Ff]%(?:25)*2[Ff])"
+    r"(?P<info>(?:(?!%(?:25)*(?:2[Ff]|3[Ff]|23))[^/?#&;\s'\"<>])*)%(?:25)*40"
+)
 # Azure's abfs[s]:// and wasb[s]:// name the container there (container@account.dfs...): kept
 # when it holds no ":" (no password).
 _CONTAINER_SCHEMES = frozenset({"abfs://", "abfss://", "wasb://", "wasbs://"})
@@ -71,12 +78,32 @@ def _redact_userinfo(match: re.Match[str]) -> str:
     return f"{scheme}***@"
 
 
-#: Query parameters whose values are secrets (compared case-insensitively). Signed URLs:
-#: AWS SigV4 (``X-Amz-Signature``, ``X-Amz-Credential``, ``X-Amz-Security-Token``) and SigV2
-#: (``AWSAccessKeyId``, ``Signature``); GCS V4 (``X-Goog-Signature``, ``X-Goog-Credential``) and V2
-#: (``GoogleAccessId``, ``Signature``); Azure SAS (``sig``; its other fields ``sv``, ``se``,
-#: ``sp``, ``skoid``, ``sktid``, ... are validity, permissions and key identifiers, useless without
-#: ``sig``, and are kept for debugging). Then the usual token, key and password names.
+def _redact_encoded_userinfo(match: re.Match[str]) -> str:
+    scheme = match.group("scheme")
+    at = match.group(0)[len(scheme) + len(match.group("info")) :]  # the encoded "@", as written
+    return f"{scheme}***{at}"
+
+
+#: Query parameters whose values are secrets (compared case-insensitively, after percent-decoding
+#: the name). Signed URLs: AWS SigV4 (``X-Amz-Signature``, ``X-Amz-Credential``,
+#: ``X-Amz-Security-Token``) and SigV2 (``AWSAccessKeyId``, ``Signature``); GCS V4
+#: (``X-Goog-Signature``, ``X-Goog-Credential``) and V2 (``GoogleAccessId``, ``Signature``);
+#: CloudFront (the Hub's CDN: ``Signature``, ``Key-Pair-Id``).
+#: The credential parameters name an access key or a service account rather than being one;
+#: they are removed all the same, since a key's identity is half of what an attacker needs and
+#: is what audit logs are searched by.
+#:
+#: Azure SAS: ``sig`` is the signature (the secret). By the same rule as ``X-Amz-Credential``,
+#: the fields that identify the key or the principal behind a user delegation SAS go too:
+#: ``skoid`` and ``sktid`` (the Entra ID object and tenant whose delegation key signed),
+#: ``saoid``/``suoid`` (the user it was issued for) and ``sduoid`` (the delegated user). The
+#: other fields (``sv``, ``ss``, ``srt``, ``sr``, ``sp``, ``st``, ``se``, ``spr``, ``sip``, ``si``,
+#: ``skt``, ``ske``, ``sks``, ``skv``, ...) are versions, permissions, validity times and a
+#: stored policy's name: useless without ``sig`` and what a reader needs to see why a SAS was
+#: refused (an expired ``se``, a missing ``sp=r``), so they are kept. The ``AccountKey``,
+#: ``SharedAccessKey`` and ``SharedAccessSignature`` fields of a connection string (``;``
+#: separated, matched like parameters) are secrets too. Then the usual token, key and password
+#: names.
 _SECRET_PARAMETERS = frozenset(
     {
         "x-amz-signature",
@@ -87,12 +114,24 @@ _SECRET_PARAMETERS = frozenset(
         "x-goog-signature",
         "x-goog-credential",
         "googleaccessid",
+        "key-pair-id",
         "sig",
+        "skoid",
+        "sktid",
+        "saoid",
+        "suoid",
+        "sduoid",
+        "accountkey",
+        "sharedaccesskey",
+        "sharedaccesssignature",
+        "sas",
+        "sas_token",
         "token",
         "access_token",
         "id_token",
         "refresh_token",
         "auth_token",
+        "hf_token",
         "session_token",
         "security_token",
         "aws_session_token",
@@ -103,10 +142,14 @@ _SECRET_PARAMETERS = frozenset(
         "access_key",
         "access_key_id",
         "aws_access_key_id",
+        "account_key",
+        "private_key",
+        "private_key_id",
         "secret",
         "secret_key",
         "client_secret",
         "aws_secret_access_key",
+        "secret_access_key",
         "password",
         "passwd",
         "pwd",
@@ -120,29 +163,113 @@ _SECRET_PARAMETERS = frozenset(
 # whitespace, quote or fragment. Names are matched case-insensitively and in percent-encoded form
 # too (X%2DAmz%2DSignature).
 _QUERY_PARAM = re.compile(r"(?P<head>[?&;](?P<name>[A-Za-z0-9_.%-]+)=)(?P<value>[^&;#\s'\"<>]*)")
+# The same inside a percent-encoded URL (``?next=https%3A%2F%2Fh%2Fk%3Fsig%3DSECRET%26sp%3Dr``):
+# "?", "&", ";" and "=" encoded (at any depth), and the value ends at an encoded separator too.
+_ENCODED_PARAM = re.compile(
+    r"(?P<head>%(?:25)*(?:3[Ff]|26|3[Bb])(?P<name>[A-Za-z0-9_.%-]+?)(?:=|%(?:25)*3[Dd]))"
+    r"(?P<value>(?:(?!%(?:25)*(?:26|3[Bb]|23))[^&;#\s'\"<>])*)"
+)
+
+
+#: Fields whose quoted value is a secret where text holds a dict's ``repr`` or JSON (a
+#: ``storage_options`` dict, a key file): ``'secret_access_key': '...'``, ``"private_key": "..."``.
+#: Narrower than the parameter names: ``key`` names sample keys and ``signature`` hashes there.
+#: An access key's id goes for the reason ``X-Amz-Credential`` does.
+_SECRET_FIELDS = frozenset(
+    {
+        "access_key_id",
+        "aws_access_key_id",
+        "secret",
+        "secret_key",
+        "secret_access_key",
+        "aws_secret_access_key",
+        "session_token",
+        "aws_session_token",
+        "security_token",
+        "token",
+        "access_token",
+        "id_token",
+        "refresh_token",
+        "hf_token",
+        "api_key",
+        "apikey",
+        "account_key",
+        "sas_token",
+        "connection_string",
+        "client_secret",
+        "private_key",
+        "private_key_id",
+        "password",
+        "passwd",
+        "authorization",
+        "credential",
+        "credentials",
+    }
+)
+_QUOTED_FIELD = re.compile(
+    r"(?P<head>(?P<q>['\"])(?P<name>[A-Za-z0-9_-]{1,40})(?P=q)\s*:\s*(?P<v>['\"]))"
+    r"(?P<value>(?:\\.|(?!(?P=v)).)*)(?P=v)"
+)
+
+
+def _redact_field(match: re.Match[str]) -> str:
+    if match.group("value") and match.group("name").lower() in _SECRET_FIELDS:
+        return f"{match.group('head')}***{match.group('v')}"
+    return match.group(0)
+
+
+def _secret_name(name: str) -> bool:
+    for _ in range(3):  # X%252DAmz%252DSignature: decoded at most three times
+        decoded = unquote(name)
+        if decoded == name:
+            break
+        name = decoded
+    return name.lower() in _SECRET_PARAMETERS
 
 
 def _redact_param(match: re.Match[str]) -> str:
-    name = unquote(match.group("name")).lower()
-    if name in _SECRET_PARAMETERS and match.group("value"):
+    if match.group("value") and _secret_name(match.group("name")):
         return match.group("head") + "***"
     return match.group(0)
 
 
-def redact_url(url: object) -> str:
+def redact_url(url: object, *, limit: int | None = None) -> str:
     """Return ``url`` as a string with user info and secret query values replaced by ``***``.
 
-    Works on any text (a message holding several URLs, an exception's ``str``): every
-    ``scheme://user:password@`` loses its user info, and the value of every query parameter named
-    in :data:`_SECRET_PARAMETERS` (any case) becomes ``***``.
+    Works on any text (a message holding several URLs, an exception's ``str``, a connection
+    string, the ``str`` of a saved state): every ``scheme://user:password@`` loses its user info,
+    and the value of every query parameter named in :data:`_SECRET_PARAMETERS` (any case, the
+    name percent-encoded or not) becomes ``***``; the same holds inside a percent-encoded URL (one
+    passed in another's query). A quoted value of a field named in :data:`_SECRET_FIELDS`, in a
+    dict's ``repr`` or in JSON, becomes ``'***'`` too.
+
+    Args:
+        url: the text (any object: its ``str``).
+        limit: cut the result to this many characters. Cutting comes after redacting, never
+            before: a URL cut before its ``@`` or inside a parameter's name would no longer be
+            recognised, and half its password would show.
     """
     text = str(url)
     text = _USERINFO.sub(_redact_userinfo, text)
-    return _QUERY_PARAM.sub(_redact_param, text)
+    text = _QUERY_PARAM.sub(_redact_param, text)
+    if ":" in text:
+        text = _QUOTED_FIELD.sub(_redact_field, text)
+    if "%" in text:
+        text = _ENCODED_USERINFO.sub(_redact_encoded_userinfo, text)
+        text = _ENCODED_PARAM.sub(_redact_param, text)
+    return text if limit is None else text[:limit]
 
 
 class ShardStreamError(Exception):
-    """Base class of every shardstream exception."""
+    """Base class of every shardstream exception.
+
+    Its text arguments pass through :func:`redact_url` here, once for every subclass, so a URL
+    that a message formats without redacting it first still loses its secrets (``str()``,
+    ``repr()``, ``args``, tracebacks and pickles all read ``args``).
+    """
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*(redact_url(a) if isinstance(a, str) else a for a in args))
 
 
 class ShardFormatError(ShardStreamError, ValueError):

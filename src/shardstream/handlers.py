@@ -15,6 +15,8 @@ import logging
 import warnings
 from collections.abc import Callable
 
+from .errors import redact_url
+
 __all__ = [
     "Handler",
     "ignore_and_continue",
@@ -41,7 +43,8 @@ def ignore_and_continue(exn: BaseException) -> bool:
 
 
 def _warn(exn: BaseException, action: str) -> None:
-    text = f"{type(exn).__name__}: {exn} ({action})"
+    # (an error from anywhere: a user's map function or a library may have put a URL in it)
+    text = redact_url(f"{type(exn).__name__}: {exn} ({action})")
     log.warning("%s", text)
     warnings.warn(text, UserWarning, stacklevel=3)
 

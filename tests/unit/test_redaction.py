@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import pickle
 import random
+import traceback
 
 import pytest
 
+import shardstream.errors as ss_errors
 from shardstream.errors import ShardFormatError, SourceError, TransientSourceError, redact_url
+from shardstream.handlers import warn_and_continue
 from shardstream.sources._resume import Opened, ResumableReader
 from shardstream.sources._retry import RetryPolicy
+from shardstream.telemetry import StageStats
 
 # (parameter as the provider writes it, a value) for every secret-bearing parameter we know.
 SECRETS = [
@@ -23,8 +29,12 @@ SECRETS = [
     ("X-Goog-Signature", "5a4b3c2d1e0f"),
     ("X-Goog-Credential", "svc%40project.iam.gserviceaccount.com%2F20240101%2Fauto%2Fstorage"),
     ("GoogleAccessId", "svc@project.iam.gserviceaccount.com"),
-    # Azure SAS
+    # CloudFront (the Hugging Face Hub's CDN)
+    ("Key-Pair-Id", "K2JCJMDEHXQW5F"),
+    # Azure SAS: the signature, and the ids of a user delegation key's principal and tenant
     ("sig", "Zm9vYmFyYmF6%2B%2F%3D"),
+    ("skoid", "0b1c2d3e-aaaa-bbbb-cccc-0123456789ab"),
+    ("sktid", "9f8e7d6c-dddd-eeee-ffff-ba9876543210"),
     # generic tokens, keys and passwords
     ("token", "ghp_abcdef"),
     ("access_token", "ya29.a0Af"),
@@ -62,6 +72,97 @@ def test_azure_sas_keeps_non_secret_fields(query: str) -> None:
     out = redact_url(f"https://acct.blob.core.windows.net/c/shard.tar?{query}")
     assert "SECRET" not in out and "sig=***" in out
     assert "sp=r" in out and "sv=2022" in out  # validity and permissions help debugging, grant nothing
+    assert (
+        "=oid" not in out and "=tid" not in out
+    )  # who holds the delegation key: gone, like X-Amz-Credential
+
+
+def test_connection_string_secrets() -> None:
+    text = (
+        "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=KEY+/==;EndpointSuffix=core.windows.net;"
+        "SharedAccessSignature=sv=2022-11-02&sp=r&sig=SIG%2B"
+    )
+    out = redact_url(text)
+    assert "KEY+/" not in out and "SIG" not in out and "sv=2022" not in out
+    assert "AccountName=acct" in out and "EndpointSuffix=core.windows.net" in out
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # a signed URL passed in another URL's query, percent-encoded once or twice
+        "https://proxy/get?next=https%3A%2F%2Fu%3ASECRET1%40h%2Fk.tar%3Fsig%3DSECRET2%26sp%3Dr",
+        "https://proxy/get?next=https%253A%252F%252Fu%253ASECRET1%2540h%252Fk%253FX-Amz-Signature%253DSECRET2%2526sp%253Dr",
+        # an object key that holds a query string, as a cache path writes it
+        "s3/bucket/k.tar%3FX-Amz-Signature=SECRET2%26sp=r and https%3A%2F%2FSECRET1%40host%2F",
+    ],
+)
+def test_percent_encoded_urls(text: str) -> None:
+    out = redact_url(text)
+    assert "SECRET" not in out, out
+    assert "sp%" in out or "sp=r" in out  # what is not secret stays
+
+
+def test_secret_fields_of_dict_reprs_and_json() -> None:
+    """storage_options and key files shown as a dict's repr or as JSON lose their secret values."""
+    options = {
+        "endpoint_url": "http://127.0.0.1:8333",
+        "secret_access_key": "SECRET1",
+        "Session_Token": "it's SECRET2",  # (repr quotes it with ")
+        "headers": {"Authorization": "Bearer SECRET3"},
+        "token": {"type": "service_account", "private_key": "-----BEGIN\nSECRET4\n"},
+    }
+    for text in (repr(options), json.dumps(options), f"FunctionStage(storage_options={options!r})"):
+        out = redact_url(text)
+        assert "SECRET" not in out, out
+        assert "http://127.0.0.1:8333" in out and "service_account" in out
+    kept = "{'key': 'k000', 'signature': 'ab12', 'token_count': '3'}"  # sample keys, hashes: not secrets
+    assert redact_url(kept) == kept
+
+
+def test_a_limit_cuts_after_redacting() -> None:
+    url = "https://user:" + "p" * 300 + "@host/k.tar?sig=" + "s" * 300
+    assert redact_url(url, limit=40) == redact_url(url)[:40] == "https://***@host/k.tar?sig=***"[:40]
+    assert "p" * 10 not in redact_url({"state": url}, limit=60)
+
+
+def test_every_library_error_redacts_its_own_message() -> None:
+    """ShardStreamError redacts its text arguments for every subclass: a message that formats a
+    URL unredacted still loses its secrets, in str, repr, args, tracebacks and pickles."""
+    url = "https://u:PASSWORD@h/k.tar?X-Amz-Signature=SIGNATURE"
+    errors: list[BaseException] = [
+        ss_errors.SourceError(f"cannot open {url}", url=url),
+        ss_errors.ShardNotFoundError(f"no {url}"),
+        ss_errors.AccessDeniedError(f"denied {url}", url=url, status=403),
+        ss_errors.StateError(f"bad state {{'url': '{url}'}}"),
+        ss_errors.ConfigurationError(url),
+        ss_errors.MissingFieldError(f"no field in {url}"),
+        ss_errors.CacheLockTimeout(f"waited for {url}"),
+        ss_errors.WorkerStuckError(f"stuck on {url}", worker=0, pid=1, stack=""),
+        ss_errors.DecodingError(f"cannot decode {url}", url=url),
+    ]
+    for error in errors:
+        try:
+            raise RuntimeError("outer") from error
+        except RuntimeError as outer:
+            text = "".join(traceback.format_exception(outer))
+        shown = [text, str(error), repr(error), repr(error.args)]
+        if not isinstance(error, ss_errors.WorkerStuckError):  # (raised where it is found, never pickled)
+            shown.append(repr(pickle.loads(pickle.dumps(error))))
+        for one in shown:
+            assert "PASSWORD" not in one and "SIGNATURE" not in one, (type(error), one)
+        assert "***" in str(error)
+
+
+def test_error_policies_and_skip_counters_redact_any_error(caplog: pytest.LogCaptureFixture) -> None:
+    """A user's map function (or a library) may raise a builtin error naming a URL."""
+    error = ValueError("failed on https://u:PASSWORD@h/x?token=TOKEN")
+    with caplog.at_level(logging.WARNING, logger="shardstream"), pytest.warns(UserWarning) as caught:
+        assert warn_and_continue(error)
+    stats = StageStats()
+    stats.record(error)
+    for text in (caplog.text, str(caught[0].message), str(stats.last_error), repr(stats)):
+        assert "PASSWORD" not in text and "TOKEN" not in text and "***" in text
 
 
 @pytest.mark.parametrize(

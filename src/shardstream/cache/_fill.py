@@ -83,7 +83,11 @@ class Filler:
                     info = self.source.stat(url)
                     expected, etag = info.size, etag or info.etag
                 except Exception as exc:  # pipes and some servers cannot tell: size unchecked
-                    log.debug("cache: no size for %s (%s); download not size-checked", redact_url(url), exc)
+                    log.debug(
+                        "cache: no size for %s (%s); download not size-checked",
+                        redact_url(url),
+                        redact_url(exc),
+                    )
             if cache_size is not None and expected is not None and expected > cache_size:
                 log.warning(
                     "shard %s (%d bytes) is larger than cache_size=%d: reading it without caching; "

@@ -97,7 +97,7 @@ def download(url: str, dest: str, chunk_size: int = 1024**2, verbose: bool = Fal
         remove_quietly(temp)
         raise
     if verbose:
-        log.info("downloaded %s to %s", redact_url(url), dest)
+        log.info("downloaded %s to %s", redact_url(url), redact_url(dest))  # (a name may hold the URL)
 
 
 class LRUCleanup:
@@ -134,7 +134,7 @@ class LRUCleanup:
             return
         removed = ShardCache(self.cache_dir, cache_size=int(self.cache_size)).evict()
         if self.verbose and removed:
-            log.info("cache cleanup removed %s", ", ".join(removed))
+            log.info("cache cleanup removed %s", redact_url(", ".join(removed)))
         self.last_run = time.time()
 
 

@@ -3,8 +3,9 @@
 Subcommand modules are imported only when their command runs, so ``shardstream --help``, ``ls``,
 ``cat``, ``stat`` and ``write`` do not import torch (``bench`` and ``demo`` need it). The report a
 command produces goes to stdout; diagnostics go through ``logging`` to stderr (``-v`` for INFO,
-``-vv`` for DEBUG). Errors are printed as one ``error:`` line and exit with status 1; a missing
-optional dependency, or a usage error, exits with status 2 (and says what to install or fix).
+``-vv`` for DEBUG); both lose any credentials on the way (:mod:`._output`). Errors are printed
+as one ``error:`` line and exit with status 1; a missing optional dependency, or a usage error,
+exits with status 2 (and says what to install or fix).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from ..errors import ShardStreamError
 from ._errors import UsageError
+from ._output import redacting_streams
 
 __all__ = ["build_parser", "main"]
 
@@ -130,8 +132,15 @@ def _missing_dependency(exc: ImportError) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status: 0 ok, 1 problems found (``verify``, ``ls``,
-    ``stat``) or the command failed, 2 usage error or missing package, 130 interrupted."""
-    argv = sys.argv[1:] if argv is None else list(argv)
+    ``stat``) or the command failed, 2 usage error or missing package, 130 interrupted.
+
+    Everything written as text, argparse's messages and the log lines included, loses its
+    credentials on the way (:mod:`._output`)."""
+    with redacting_streams():
+        return _main(sys.argv[1:] if argv is None else list(argv))
+
+
+def _main(argv: list[str]) -> int:
     command = _command_of(argv)
     parser = build_parser([command] if command in _COMMANDS else [])
     args = parser.parse_args(argv)

@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..errors import redact_url
 from ._cpu import CPUMonitor, CPUReport, have_psutil
 from ._inspect import add_common
 from ._options import parse_options
@@ -125,7 +126,7 @@ def _shard_bytes(urls: Sequence[str], storage_options: Mapping[str, Any]) -> int
         try:
             size = stat_url(url, storage_options=storage_options).size
         except Exception as exc:  # unknown size (pipe:, a server without HEAD): report payload only
-            log.debug("cannot stat %s: %s", url, exc)
+            log.debug("cannot stat %s: %s", redact_url(url), redact_url(exc))
             return None
         if size is None:
             return None

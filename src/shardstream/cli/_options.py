@@ -30,11 +30,13 @@ def parse_size(text: str) -> int:
 def parse_options(pairs: Sequence[str]) -> dict[str, Any]:
     """``["k=v", ...]`` -> dict; ``true``/``false`` become booleans, numbers become int or float."""
     options: dict[str, Any] = {}
-    for pair in pairs:
+    for number, pair in enumerate(pairs, 1):
         key, sep, raw = pair.partition("=")
         if not sep or not key:
+            # (not quoted: without its "=" there is no telling a name from a key pasted alone)
             raise ConfigurationError(
-                f"--storage-option {pair!r}: expected KEY=VALUE, e.g. endpoint_url=http://127.0.0.1:8333"
+                f"--storage-option number {number} of {len(pairs)} has no KEY= before its value: "
+                "expected KEY=VALUE, e.g. endpoint_url=http://127.0.0.1:8333"
             )
         value: Any = raw
         if raw.lower() in ("true", "false"):

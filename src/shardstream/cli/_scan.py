@@ -41,14 +41,14 @@ class Problem:
             where += f" member {self.member}"
         if self.offset is not None:
             where += f" at byte {self.offset}"
-        return f"{where}: {self.message}"
+        return f"{where}: {redact_url(self.message)}"
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "url": redact_url(self.url),
             "member": self.member,
             "offset": self.offset,
-            "problem": self.message,
+            "problem": redact_url(self.message),  # (it may name another shard: a duplicate key's)
         }
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import redact_url
 from ..pipeline.annotate import associate, info
 from ..pipeline.batch import batched, unbatched, unlisted
 from ..pipeline.decode import decode
@@ -83,8 +84,8 @@ class FilterFunction:
     def __call__(self, data: Any) -> Any:
         return self.f(data, *self.args, **self.kw)
 
-    def __repr__(self) -> str:
-        return f"<{getattr(self.f, '__name__', self.f)} {self.args} {self.kw}>"
+    def __repr__(self) -> str:  # (its arguments may be URLs or storage options: redacted)
+        return f"<{getattr(self.f, '__name__', self.f)} {redact_url(self.args)} {redact_url(self.kw)}>"
 
     __str__ = __repr__
 

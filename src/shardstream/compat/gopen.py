@@ -24,7 +24,7 @@ from urllib.parse import urlparse as urlparse
 from urllib.request import url2pathname as url2pathname
 
 from ..config import gopen_rewrite, read_settings
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, redact_url
 from ..sources import (
     create_url,
     forget_sources,
@@ -74,7 +74,7 @@ def _allow_pipe(explicit: bool) -> bool:
 
 def gopen_error(url: str, *args: Any, **kw: Any) -> BinaryIO:
     """WebDataset's ``__default__`` opener: a URL scheme without an opener raises."""
-    raise ValueError(f"{url}: no gopen handler defined")
+    raise ValueError(f"{redact_url(url)}: no gopen handler defined")
 
 
 class OpenerSource:
@@ -227,7 +227,7 @@ def gopen_pipe(url: str, mode: str = "rb", bufsize: int = 8192, *, allow_pipe: b
     """A ``pipe:`` URL: runs its shell command, so only with ``allow_pipe=True`` or
     ``SHARDSTREAM_ALLOW_PIPE=1``."""
     if not url.startswith("pipe:"):
-        raise ValueError(f"gopen_pipe needs a pipe: URL, got {url!r}")
+        raise ValueError(f"gopen_pipe needs a pipe: URL, got {redact_url(url)!r}")
     return gopen(url, mode, allow_pipe=allow_pipe)
 
 

@@ -36,7 +36,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import StateError
+from ..errors import StateError, redact_url
 from ..pipeline.mix import MixSource
 from ..pipeline.pipeline import check_position
 from ..pipeline.seams import LoaderDataset, worker_restore
@@ -122,7 +122,8 @@ def rank_states(state: Any) -> list[dict[str, Any]]:
         ranks = [ranks]
     if not isinstance(ranks, list) or not ranks:
         raise StateError(
-            f"not a WebLoader state: {str(state)[:200]}; pass what WebLoader.state_dict() returned"
+            f"not a WebLoader state: {redact_url(state, limit=200)}; pass what WebLoader.state_dict() "
+            "returned"
         )
     return [_checked(one) for one in ranks]
 
@@ -131,8 +132,8 @@ def _checked(state: Any) -> dict[str, Any]:
     """``state`` checked field by field, as a current-version copy (the caller's dict is untouched)."""
     if not isinstance(state, dict) or "version" not in state:
         raise StateError(
-            f"not a WebLoader state (no 'version'): {str(state)[:200]}; pass what WebLoader.state_dict() "
-            "(or ss.Loader.state_dict()) returned"
+            f"not a WebLoader state (no 'version'): {redact_url(state, limit=200)}; pass what "
+            "WebLoader.state_dict() (or ss.Loader.state_dict()) returned"
         )
     if state["version"] not in READABLE:
         raise StateError(
@@ -146,7 +147,7 @@ def _checked(state: Any) -> dict[str, Any]:
         raise StateError(f"the loader state is incomplete or corrupted: missing {missing}")
     workers = state["workers"]
     if not isinstance(workers, list) or len(workers) != max(int(state["num_workers"]), 1):
-        raise StateError(f"the state's worker list is corrupted: {str(workers)[:200]}")
+        raise StateError(f"the state's worker list is corrupted: {redact_url(workers, limit=200)}")
     workers = list(workers)
     for k, position in enumerate(workers):
         if position is None:

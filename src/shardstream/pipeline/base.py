@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
-from ..errors import StateError
+from ..errors import StateError, redact_url
 from ..handlers import Handler
 from ..shards.world import World, derive_seed
 from ..telemetry.stats import StageStats
@@ -412,9 +412,10 @@ class FunctionStage(Stage):
     def build(self, upstream: Node | None, ctx: RunContext, state: StateDict | None = None) -> Node:
         return _FunctionNode(iter(self.f(upstream, *self.args, **self.kw)), upstream)
 
-    def __repr__(self) -> str:
+    def __repr__(self) -> str:  # (its arguments may be URLs or storage options: redacted)
         name = getattr(self.f, "__name__", repr(self.f))
-        return f"{name}({', '.join([*map(repr, self.args), *(f'{k}={v!r}' for k, v in self.kw.items())])})"
+        arguments = ", ".join([*map(repr, self.args), *(f"{k}={v!r}" for k, v in self.kw.items())])
+        return f"{name}({redact_url(arguments)})"
 
 
 def pipelinefilter(f: Callable[..., Iterator[Any]]) -> Callable[..., FunctionStage]:

@@ -12,7 +12,7 @@ import weakref
 from collections.abc import Iterator
 from typing import Any
 
-from ..errors import StateError
+from ..errors import StateError, redact_url
 from ..shards.world import World
 from ..telemetry.recorder import Recorder, enable, fresh, resolve
 from ._epochs import EpochOwner
@@ -36,22 +36,22 @@ def check_position(position: Any) -> None:
     epoch and exactly one of ``start``, ``nodes`` (a list of node states), ``replay`` (items to
     skip) or ``finished``."""
     if not isinstance(position, dict):
-        raise StateError(f"not a pipeline position: {str(position)[:200]}")
+        raise StateError(f"not a pipeline position: {redact_url(position, limit=200)}")
     epoch = position.get("epoch")
     if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
-        raise StateError(f"the state has no valid 'epoch' (got {epoch!r}): {str(position)[:200]}")
+        raise StateError(f"the state has no valid 'epoch' (got {epoch!r}): {redact_url(position, limit=200)}")
     where = [k for k in _POSITIONS if k in position]
     if len(where) != 1:
         raise StateError(
             f"the state is incomplete or corrupted: it needs exactly one of {list(_POSITIONS)} to say where "
-            f"in epoch {epoch} it stopped, and has {where or 'none'}: {str(position)[:200]}. Pass the "
-            "whole dict that state_dict() returned."
+            f"in epoch {epoch} it stopped, and has {where or 'none'}: {redact_url(position, limit=200)}. "
+            "Pass the whole dict that state_dict() returned."
         )
     nodes, replay = position.get("nodes"), position.get("replay")
     if "nodes" in position and not (
         isinstance(nodes, list) and all(n is None or isinstance(n, dict) for n in nodes)
     ):
-        raise StateError(f"the state's 'nodes' must be a list of node states: {str(nodes)[:200]}")
+        raise StateError(f"the state's 'nodes' must be a list of node states: {redact_url(nodes, limit=200)}")
     if "replay" in position and not (isinstance(replay, int) and replay >= 0):
         raise StateError(f"the state's 'replay' must be a count of items: {replay!r}")
 
@@ -375,7 +375,9 @@ class DataPipeline(EpochOwner, IterableDatasetBase):  # type: ignore[type-arg]
         migrated.
         """
         if not isinstance(state, dict):
-            raise StateError(f"not a pipeline state (a {type(state).__name__}): {str(state)[:200]}")
+            raise StateError(
+                f"not a pipeline state (a {type(state).__name__}): {redact_url(state, limit=200)}"
+            )
         version = state.get("version")
         if version is not None and version != STATE_VERSION:
             raise StateError(
@@ -386,7 +388,8 @@ class DataPipeline(EpochOwner, IterableDatasetBase):  # type: ignore[type-arg]
         if not isinstance(saved, dict):
             raise StateError(
                 "the state has no 'fingerprint', so it cannot be checked against this pipeline (shards, "
-                f"seed, split, stages): {str(state)[:200]}. Pass the whole dict that state_dict() returned."
+                f"seed, split, stages): {redact_url(state, limit=200)}. Pass the whole dict that "
+                "state_dict() returned."
             )
         position = {k: v for k, v in state.items() if k not in ("fingerprint", "version")}
         if version is None and not any(k in position for k in _POSITIONS):

@@ -35,11 +35,11 @@ def group_files(names: Iterable[tuple[str, str]], *, root: str) -> Listing:
         parts = split_key(rel)
         if parts is None:
             skipped += 1
-            log.debug("skipping %s: no extension in the file name", location)
+            log.debug("skipping %s: no extension in the file name", redact_url(location))
             continue
         samples.setdefault(parts[0], {})[parts[1]] = location
     if skipped:
-        log.info("skipped %d files under %s without an extension (or dot files)", skipped, root)
+        log.info("skipped %d files under %s without an extension (or dot files)", skipped, redact_url(root))
     if not samples:
         raise ConfigurationError(
             f"no sample files under {redact_url(root)} ({skipped} skipped); a sample is files named "

@@ -17,6 +17,7 @@ import math
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from ..errors import redact_url
 from ..sources import create_url
 from ..tar.index import IndexEntry
 from ..tar.writer import END_OF_ARCHIVE, TarWriter
@@ -136,7 +137,7 @@ def write_shard(
     counts: collections.Counter[str] = collections.Counter()
     for names in batch.column(_FIELDS).to_pylist():
         counts.update(n for n in names.split(",") if n)
-    log.info("wrote shard %s (%d samples, %d bytes)", url, len(sizes), position + END_OF_ARCHIVE)
+    log.info("wrote shard %s (%d samples, %d bytes)", redact_url(url), len(sizes), position + END_OF_ARCHIVE)
     return pa.table(
         {
             _SHARD: [number],

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..config import parse_size
-from ..errors import ConfigurationError, ShardNotFoundError, ShardStreamError
+from ..errors import ConfigurationError, ShardNotFoundError, ShardStreamError, redact_url
 from ..sources import check_storage_options, scheme_of
 from ..tar.index import IndexEntry, index_url, read_index_entries, sample_sizes, write_index
 from ..tar.writer import END_OF_ARCHIVE
@@ -130,10 +130,14 @@ def write_dataset(
     sizes = sizes.sort_by(KEY)
     plan = plan_shards(sizes.column(KEY).to_pylist(), sizes.column("nbytes").to_pylist(), target)
     if not plan:
-        log.warning("the dataset has no rows; no shards written under %s", dst)
+        log.warning("the dataset has no rows; no shards written under %s", redact_url(dst))
         return ShardSetInfo(dst, index_url(dst), ())
     log.info(
-        "writing %d samples as %d shards of at most %d bytes under %s", len(sizes), len(plan), target, dst
+        "writing %d samples as %d shards of at most %d bytes under %s",
+        len(sizes),
+        len(plan),
+        target,
+        redact_url(dst),
     )
     written = (
         encoded.map_batches(
@@ -181,7 +185,7 @@ def _write_index(dst: str, prefix: str, entries: list[IndexEntry], options: Mapp
     except ShardNotFoundError:
         old = []
     except ConfigurationError as exc:
-        log.warning("replacing unreadable index under %s: %s", dst, exc)
+        log.warning("replacing unreadable index under %s: %s", redact_url(dst), exc)
         old = []
     names = {e["url"] for e in entries}
     stale = sorted(e["url"] for e in old if ours.fullmatch(e["url"]) and e["url"] not in names)
@@ -190,9 +194,9 @@ def _write_index(dst: str, prefix: str, entries: list[IndexEntry], options: Mapp
             "%d shards of an earlier write remain under %s (%s ...) and are no longer indexed; "
             "delete them so that globs over %s-*.tar do not read them",
             len(stale),
-            dst,
-            stale[0],
-            prefix,
+            redact_url(dst),
+            redact_url(stale[0]),
+            redact_url(prefix),
         )
     keep = [e for e in old if not ours.fullmatch(e["url"])]
     return write_index(dst, keep + entries, merge=False, storage_options=options)

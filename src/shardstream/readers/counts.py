@@ -29,7 +29,7 @@ from typing import Any, cast
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import ConfigurationError, IndexFormatError, ShardNotFoundError
+from ..errors import ConfigurationError, IndexFormatError, ShardNotFoundError, redact_url
 from ..forks import GatedExecutor
 from ..sources import SchemeRouter, Source
 from ..tar.index import CountTable
@@ -72,7 +72,7 @@ def _from_index(location: str, fmt: Any, storage_options: Mapping[str, Any] | No
     except IndexFormatError:
         raise  # truncated or corrupt: counting a million shards instead would hide it for hours
     except ConfigurationError as exc:
-        log.warning("ignoring unreadable shard index at %s: %s", location, exc)
+        log.warning("ignoring unreadable shard index at %s: %s", redact_url(location), exc)
         return {}
 
 

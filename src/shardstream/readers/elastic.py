@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import StateError
+from ..errors import StateError, redact_url
 from ..pipeline.base import MapStage, Node, RunContext, StateDict
 from ..pipeline.build import build_one
 from ..pipeline.seams import finished_epoch
@@ -134,8 +134,9 @@ def unread(
             held.extend(locate(token) for token in node_state["pending"])
         elif node_state is not None and node_state not in _TRIVIAL:
             raise StateError(
-                f"stage {type(stage).__name__} after the reader holds a position ({str(node_state)[:80]}) "
-                "that cannot be re-split over other workers; resume with the same num_workers and world size"
+                f"stage {type(stage).__name__} after the reader holds a position "
+                f"({redact_url(node_state, limit=80)}) that cannot be re-split over other workers; resume "
+                "with the same num_workers and world size"
             )
     return Unread(rest, held, shuffled, locate)
 

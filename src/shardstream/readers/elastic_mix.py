@@ -36,7 +36,7 @@ import logging
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from ..errors import StateError
+from ..errors import StateError, redact_url
 from ..pipeline.base import MapStage, RunContext, StateDict
 from ..pipeline.batch import Batched
 from ..pipeline.mix import PASS_STRIDE, MixSource
@@ -120,7 +120,7 @@ class _OldWorker:
             elif node_state is not None and node_state not in _TRIVIAL:
                 raise StateError(
                     f"stage {type(stage).__name__} after the mixture holds a position "
-                    f"({str(node_state)[:80]}) that cannot be re-split over other workers; {_FIX}"
+                    f"({redact_url(node_state, limit=80)}) that cannot be re-split over other workers; {_FIX}"
                 )
             else:
                 continue

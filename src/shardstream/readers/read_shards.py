@@ -18,7 +18,7 @@ import logging
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-from ..errors import StateError
+from ..errors import StateError, redact_url
 from ..handlers import Handler, reraise_exception
 from ..pipeline.base import Node, RunContext, Stage, StateDict
 from ..sources import SchemeRouter, Source
@@ -133,7 +133,7 @@ class _ReadNode(ReadingNode):
                 if self.stage.read_ahead:
                     self._take_next(shards)
                 if log_shards:
-                    log.info("opening shard %s", _url(shard))
+                    log.info("opening shard %s", redact_url(_url(shard)))
                 stream = shard.get("stream") if isinstance(shard, dict) else None
                 yield from self._read(_url(shard), stream, 0, opening)
         finally:

@@ -22,7 +22,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from ..errors import ConfigurationError, SplitError
+from ..errors import ConfigurationError, SplitError, redact_url
 from ..pipeline.base import DrawNode, ListNode, Node, RunContext, Stage, StateDict
 from ..shards.plan import epoch_order
 from ..shards.spec import expand_urls
@@ -83,7 +83,8 @@ class SimpleShardList(Stage):
         return iter(self.build(None, RunContext.detect()))
 
     def __repr__(self) -> str:
-        return f"SimpleShardList({len(self.urls)} shards, first={self.urls[0]!r}, seed={self.seed})"
+        first = redact_url(self.urls[0])
+        return f"SimpleShardList({len(self.urls)} shards, first={first!r}, seed={self.seed})"
 
 
 def shardspec(spec: str | Sequence[str]) -> SimpleShardList:
@@ -326,7 +327,7 @@ def _indexed_counts(urls: list[str]) -> list[int] | None:
             try:
                 _INDEXES[directory] = None if scheme_of(url) == "pipe" else read_index(directory)
             except Exception as exc:  # no index, unreadable, unreachable: nothing to warn about
-                log.debug("no shard index beside %s (%s)", url, exc)
+                log.debug("no shard index beside %s (%s)", redact_url(url), redact_url(exc))
                 _INDEXES[directory] = None
         table = _INDEXES[directory]
         if table is None or name not in table:

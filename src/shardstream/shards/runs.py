@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import StateError
+from ..errors import StateError, redact_url
 
 __all__ = ["Run"]
 
@@ -39,22 +39,33 @@ class Run:
 
     def __post_init__(self) -> None:
         if self.offset < 0 and self.start < 0:
-            raise StateError(f"a run of samples of {self.url} has neither a sample number nor an offset")
+            raise StateError(f"a run of samples of {self.shown} has neither a sample number nor an offset")
         if self.count is not None and self.count < 0:
-            raise ValueError(f"a run of samples of {self.url} cannot have {self.count} samples")
+            raise ValueError(f"a run of samples of {self.shown} cannot have {self.count} samples")
+
+    def __repr__(self) -> str:  # (the dataclass's own would show the URL's credentials)
+        return (
+            f"Run(url={self.shown!r}, start={self.start}, count={self.count}, offset={self.offset}, "
+            f"pad={self.pad})"
+        )
+
+    @property
+    def shown(self) -> str:
+        """The shard's URL as messages show it (credentials removed)."""
+        return redact_url(self.url)
 
     @property
     def size(self) -> int:
         """The number of samples (the run's count must be known)."""
         if self.count is None:
-            raise ValueError(f"the run of {self.url} from sample {self.start} has no known length")
+            raise ValueError(f"the run of {self.shown} from sample {self.start} has no known length")
         return self.count
 
     @property
     def stop(self) -> int:
         """One past the last sample's number (``start + count``; both must be known)."""
         if self.start < 0:
-            raise ValueError(f"the run of {self.url} at byte {self.offset} has no sample number")
+            raise ValueError(f"the run of {self.shown} at byte {self.offset} has no sample number")
         return self.start + self.size
 
     def split(self, n: int) -> tuple[Run, Run]:
@@ -85,4 +96,6 @@ class Run:
                 None if pad is None else bool(pad),
             )
         except (TypeError, ValueError) as exn:
-            raise StateError(f"a saved run of samples is corrupted: {str(data)[:200]} ({exn})") from exn
+            raise StateError(
+                f"a saved run of samples is corrupted: {redact_url(data, limit=200)} ({exn})"
+            ) from exn

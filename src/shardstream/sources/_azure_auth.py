@@ -269,8 +269,8 @@ def parse_connection_string(text: str) -> ConnectionString:
         name, sep, value = part.partition("=")
         if not sep:
             raise ConfigurationError(
-                f"the Azure connection string has a part without '=' ({name.strip()[:20]!r}...); it "
-                "should read like DefaultEndpointsProtocol=https;AccountName=...;AccountKey=...;"
+                "the Azure connection string has a part without '=' (not shown: it may be a key); "
+                "it should read like DefaultEndpointsProtocol=https;AccountName=...;AccountKey=...;"
                 "EndpointSuffix=core.windows.net"
             )
         fields[name.strip().lower()] = value.strip()  # values keep their '=' (base64 padding)

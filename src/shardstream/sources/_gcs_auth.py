@@ -1,25 +1,43 @@
-"""Credentials of the ``gs://`` source, found as Google's own client libraries find them.
+"""Credentials of the ``gs://`` source, found as Google's own client libraries (and gcsfs) find them.
 
-Order: an explicit ``token=`` storage option (``"anon"``: no credentials, for public buckets;
-``"google_default"``: application default credentials; a path to a JSON key file, a service
-account's or any other that ``google-auth`` loads; any other string: an OAuth2 access token used
-as is), then ``STORAGE_EMULATOR_HOST`` (an emulator: no credentials, as Google's clients do),
-then ``google.auth.default()`` (``GOOGLE_APPLICATION_CREDENTIALS``, the gcloud application
-default credentials, the metadata server of a Google Cloud VM).
+Order: an explicit ``token=`` storage option, then ``STORAGE_EMULATOR_HOST`` (an emulator: no
+credentials, as Google's clients do), then ``google.auth.default()`` (``GOOGLE_APPLICATION_CREDENTIALS``,
+the gcloud application default credentials, the metadata server of a Google Cloud VM).
 
-``google-auth`` is imported only where it is needed (key files and default credentials), and its
-token requests travel on our own HTTP client (:class:`_Transport`), so the ``gcs`` extra brings
-no HTTP library. Tokens are refreshed under a lock before they expire (``google-auth`` marks a
-token expired a few minutes early) and once more when the server answers 401. What a message,
-a log line or a ``repr`` says about credentials is their *kind* (:attr:`GCSAuth.kind`), never a
-token or a key.
+``token=`` takes what gcsfs's ``token=`` takes, so ``storage_options`` written for gcsfs work here:
+
+- ``"anon"`` (no credentials: public buckets), ``"google_default"`` (application default
+  credentials), ``"cloud"`` (the metadata server of a Google Cloud VM);
+- a path to a JSON key file (a service account's, or the ``authorized_user`` file that
+  ``gcloud auth application-default login`` writes), taken as a path only when the file exists;
+- the text of such a key file (a string starting with ``{``: the usual way to hand a key over
+  from an environment variable or a secret manager), or the same as a dict;
+- a ``google.auth.credentials.Credentials`` object, used as given (scoped when it needs scopes);
+- any other string: an OAuth2 access token, sent as is (it cannot be renewed).
+
+gcsfs's interactive ``"browser"`` login and its ``"cache"`` of it are refused with what to do
+instead: a data loader cannot open a browser in each worker. Deciding what a string is never
+looks at its characters beyond a leading ``{``: a file that exists is a key file, and anything
+else is a token (a path-like token that names no file is still sent as a token, but what
+messages say about it tells that no such file exists).
+
+``google-auth`` is imported only where it is needed (key files, credentials objects and default
+credentials), and its token requests travel on our own HTTP client (:func:`_transport`), so the
+``gcs`` extra brings no HTTP library. Tokens are refreshed under a lock before they expire
+(``google-auth`` marks a token expired a few minutes early) and once more when the server answers
+401. What a message, a log line or a ``repr`` says about credentials is their *kind*
+(:attr:`GCSAuth.kind`: "service account reader@...", "credentials file 'key.json'", "JSON key
+text", "access token", "Credentials object of type X"), never a token or a key; text that
+google-auth or a token endpoint wrote is passed through :func:`_Secrets.mask` before it is shown.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..errors import AccessDeniedError, ConfigurationError, TransientSourceError, redact_url
@@ -27,11 +45,21 @@ from ..forks import ForkSafeLock
 from ..net.pool import ConnectionPool
 from ..optional import require
 
-__all__ = ["GCSAuth", "SCOPE"]
+__all__ = ["GCSAuth", "SCOPE", "TokenPlan", "plan_token"]
+
+log = logging.getLogger(__name__)
 
 #: Read and write access to objects (what uploads need; downloads need less).
 SCOPE = "https://www.googleapis.com/auth/devstorage.read_write"
 _INSTALL = "pip install 'shardstream[gcs]'"
+
+#: Fields of a key file that identify it without granting anything: shown when useful, never
+#: masked. Every other string in a key (private_key, private_key_id, client_secret,
+#: refresh_token, ...) is a secret.
+_PUBLIC_FIELDS = frozenset(
+    {"type", "client_email", "project_id", "quota_project_id", "token_uri", "auth_uri", "universe_domain"}
+)
+_INTERACTIVE = frozenset({"browser", "cache"})
 
 
 class _Response:
@@ -70,52 +98,177 @@ def _transport(pool: ConnectionPool) -> Any:
     return Transport()
 
 
+class _Secrets:
+    """The secret strings of one ``token=`` value, for masking text that others wrote (google-auth's
+    exceptions, a token endpoint's error answer), which may quote what they were given."""
+
+    _MIN = 6  # shorter strings are not masked: they would hit ordinary words
+
+    def __init__(self, values: Iterable[str] = ()) -> None:
+        self._values: set[str] = set()
+        self.add(values)
+
+    def add(self, values: Iterable[str]) -> None:
+        for value in values:
+            # a PEM key line by line too (a message may quote one line of it)
+            for part in (value, *value.splitlines()):
+                part = part.strip()
+                if len(part) >= self._MIN:
+                    self._values.add(part)
+
+    def add_info(self, info: Mapping[str, Any]) -> None:
+        """The secret fields of a key file's contents (every string but the public ones)."""
+        self.add(str(v) for k, v in info.items() if k not in _PUBLIC_FIELDS and isinstance(v, (str, int)))
+
+    def mask(self, text: object) -> str:
+        """``text`` with every known secret replaced by ``***`` (longest first), and its URLs redacted."""
+        out = str(text)
+        for value in sorted(self._values, key=len, reverse=True):
+            out = out.replace(value, "***")
+        return redact_url(out)
+
+
+class TokenPlan:
+    """What a ``token=`` value is, decided without google-auth and without reading a key file.
+
+    Attributes:
+        form: ``"anonymous"``, ``"default"`` (application default credentials), ``"metadata"``
+            (the metadata server), ``"file"`` (a key file's path), ``"info"`` (a key file's
+            contents, from a dict or JSON text), ``"credentials"`` (a google-auth object) or
+            ``"access_token"``.
+        kind: what messages, log lines and ``repr`` say about the credentials (never the value).
+        note: why a path-like string was taken as an access token ("" otherwise).
+    """
+
+    __slots__ = ("form", "kind", "note", "value")
+
+    def __init__(self, form: str, kind: str, value: Any = None, note: str = "") -> None:
+        self.form, self.kind, self.value, self.note = form, kind, value, note
+
+    def __repr__(self) -> str:  # never the value
+        return f"TokenPlan(form={self.form!r}, kind={self.kind!r})"
+
+
+def plan_token(token: object, *, emulator: bool = False) -> TokenPlan:
+    """Classify a ``token=`` storage option (see the module doc) as gcsfs does.
+
+    Args:
+        token: the option's value, or ``None`` when it is not given.
+        emulator: whether ``STORAGE_EMULATOR_HOST`` names the endpoint (then no token means none).
+
+    Raises:
+        ConfigurationError: JSON key text that does not parse, a directory, gcsfs's interactive
+            ``"browser"``/``"cache"``, or a value of another type. The message never quotes the
+            value (at most the base name of a path).
+    """
+    if token is None:
+        return (
+            TokenPlan("anonymous", "anonymous")
+            if emulator
+            else TokenPlan("default", "application default credentials")
+        )
+    if isinstance(token, Mapping):
+        return TokenPlan("info", "credentials dict", dict(token))
+    if isinstance(token, str):
+        return _plan_string(token)
+    credentials = require("google.auth.credentials", purpose="gs:// credentials objects", install=_INSTALL)
+    if isinstance(token, credentials.Credentials):
+        return TokenPlan("credentials", f"Credentials object of type {type(token).__name__}", token)
+    raise ConfigurationError(
+        f"token= of type {type(token).__name__} is not understood for gs://. Pass a key file path, "
+        "the key file's JSON text or a dict of it, a google.auth Credentials object, an OAuth2 "
+        "access token, 'anon' (public buckets) or 'google_default'"
+    )
+
+
+def _plan_string(token: str) -> TokenPlan:
+    if token == "anon":
+        return TokenPlan("anonymous", "anonymous")
+    if token == "google_default":
+        return TokenPlan("default", "application default credentials")
+    if token == "cloud":
+        return TokenPlan("metadata", "metadata server credentials")
+    if token in _INTERACTIVE:
+        raise ConfigurationError(
+            f"token={token!r} (gcsfs's interactive browser login) is not supported for gs://: a "
+            "data loader cannot open a browser in each worker. Run `gcloud auth "
+            "application-default login` once and pass token='google_default' (or leave token= unset)"
+        )
+    if token.lstrip().startswith("{"):
+        try:
+            info = json.loads(token)
+        except ValueError as exc:
+            where = (
+                f" (line {exc.lineno}, column {exc.colno}: {exc.msg})"
+                if isinstance(exc, json.JSONDecodeError)
+                else ""
+            )
+            raise ConfigurationError(
+                f"token= starts with '{{' but is not valid JSON{where}; pass the whole text of a "
+                "service account key file (JSON), its path, or a dict"
+            ) from None
+        return TokenPlan("info", "JSON key text", info)  # (text that starts with "{" is an object)
+    path = os.path.expanduser(token)
+    if os.path.isfile(path):
+        return TokenPlan("file", f"credentials file {os.path.basename(path)!r}", path)
+    if os.path.isdir(path):
+        raise ConfigurationError(
+            f"token= names a directory ({os.path.basename(path.rstrip(os.sep))!r}), not a key file; "
+            "pass the path of the JSON key file itself"
+        )
+    return TokenPlan("access_token", "access token", token, _path_note(token))
+
+
+def _path_note(token: str) -> str:
+    """Why a token that is no file looks like a path, naming no more of it than a file name."""
+    if token.lower().endswith(".json"):
+        name = re.split(r"[\\/]", token)[-1]
+        return f"token= looks like the path of a key file, but no file {name!r} exists there"
+    if "/" in token or os.sep in token or token.startswith("~"):
+        # (the part after the separator could be half a token: not quoted)
+        return "token= contains a path separator, but no such file exists"
+    return ""
+
+
 class GCSAuth:
     """The credentials of one ``GCSSource``: resolved on first use, refreshed before expiry.
 
     Args:
         token: the ``token=`` storage option (see the module doc), or ``None``.
         emulator: whether ``STORAGE_EMULATOR_HOST`` names the endpoint (then no credentials).
-        project: the quota project, for default credentials (default: theirs).
+        project: the quota project, for default credentials and key files (default: theirs).
         pool: the connection pool google-auth's token requests use.
     """
 
-    def __init__(
-        self, *, token: str | None, emulator: bool, project: str | None, pool: ConnectionPool
-    ) -> None:
-        self._token = token
-        self._emulator = emulator
+    def __init__(self, *, token: object, emulator: bool, project: str | None, pool: ConnectionPool) -> None:
+        self._plan = plan_token(token, emulator=emulator)
         self._project = project
         self._pool = pool
         self._lock = ForkSafeLock()
         self._resolved = False
         self._credentials: Any = None  # a google.auth Credentials object, when one refreshes
         self._static: str | None = None  # an access token given as is
-        self.kind = self._planned_kind()
+        self._secrets = _Secrets()
+        if self._plan.form == "access_token":
+            self._secrets.add([self._plan.value])
+        elif self._plan.form == "info":
+            self._secrets.add_info(self._plan.value)
+        note = self._plan.note
+        self.kind = f"{self._plan.kind} ({note})" if note else self._plan.kind
 
     def __repr__(self) -> str:
         return f"GCSAuth(kind={self.kind!r})"
 
-    def _planned_kind(self) -> str:
-        token = self._token
-        if token == "anon" or (token is None and self._emulator):
-            return "anonymous"
-        if token is None or token == "google_default":
-            return "application default credentials"
-        if _looks_like_path(token):
-            return f"credentials file {os.path.basename(token)!r}"
-        return "access token"
-
     @property
     def anonymous(self) -> bool:
         """Whether requests go without an ``Authorization`` header."""
-        return self.kind == "anonymous"
+        return self._plan.form == "anonymous"
 
     # -- resolving --------------------------------------------------------------------------------
 
     def resolve(self) -> None:
         """Find the credentials now (the first request does it otherwise). Raises ImportError
-        when google-auth is needed and missing, ConfigurationError for an unusable key file, and
+        when google-auth is needed and missing, ConfigurationError for an unusable key, and
         AccessDeniedError when no default credentials exist. A failure is not remembered: the
         next call looks again (credentials set up meanwhile are found)."""
         if self._resolved:
@@ -123,32 +276,57 @@ class GCSAuth:
         with self._lock:
             if self._resolved:
                 return
-            token = self._token
-            if self.anonymous:
-                pass
-            elif token is not None and token != "google_default" and not _looks_like_path(token):
-                self._static = token
-            elif token is not None and token != "google_default":
-                self._credentials = self._from_file(token)
-            else:
+            plan = self._plan
+            if plan.form == "access_token":
+                if plan.note:
+                    log.warning("gs:// token= is sent as an OAuth2 access token: %s", plan.note)
+                self._static = plan.value
+            elif plan.form == "file":
+                self._credentials = self._from_info(self._read_file(plan.value), plan.kind)
+            elif plan.form == "info":
+                self._credentials = self._from_info(plan.value, plan.kind)
+            elif plan.form == "credentials":
+                auth = require("google.auth.credentials", purpose="gs:// credentials", install=_INSTALL)
+                self._credentials = auth.with_scopes_if_required(plan.value, [SCOPE])
+            elif plan.form == "metadata":
+                engine = require("google.auth.compute_engine", purpose="gs:// credentials", install=_INSTALL)
+                self._credentials = engine.Credentials(scopes=[SCOPE])
+            elif plan.form == "default":
                 self._credentials = self._default()
             self._resolved = True
 
-    def _from_file(self, path: str) -> Any:
-        """A service account key or an ``authorized_user`` file (what ``gcloud auth
-        application-default login`` writes), loaded by its type's own loader."""
-        require("google.auth", purpose="gs:// credentials from a key file", install=_INSTALL)
+    def _read_file(self, path: str) -> dict[str, Any]:
+        """The contents of a key file (its secrets are masked from here on)."""
+        name = os.path.basename(path)
         try:
-            with open(os.path.expanduser(path), encoding="utf-8") as file:
-                info = json.load(file)
-            kind = info.get("type") if isinstance(info, dict) else None
-        except FileNotFoundError:
+            with open(path, encoding="utf-8") as file:
+                text = file.read()
+            info = json.loads(text)
+        except OSError as exc:
             raise ConfigurationError(
-                f"token={path!r} looks like a key file path, but no file is there. Pass the path of "
-                "a service account JSON key, 'anon' for public buckets, or an OAuth2 access token"
+                f"cannot read the gs:// credentials file {name!r}: {exc.strerror or type(exc).__name__}. "
+                "Check its permissions"
             ) from None
-        except (OSError, ValueError) as exc:
-            raise ConfigurationError(f"cannot read the gs:// credentials file {path!r}: {exc}") from None
+        except ValueError:
+            raise ConfigurationError(
+                f"the gs:// credentials file {name!r} is not JSON. Pass a service account key "
+                "(JSON) or the file `gcloud auth application-default login` writes"
+            ) from None
+        if not isinstance(info, dict):
+            raise ConfigurationError(f"the gs:// credentials file {name!r} holds no JSON object")
+        self._secrets.add_info(info)
+        return info
+
+    def _from_info(self, info: Mapping[str, Any], where: str) -> Any:
+        """A service account key or an ``authorized_user`` key (what ``gcloud auth
+        application-default login`` writes), loaded by its type's own loader. A dict without
+        ``type`` is taken by its fields, as gcsfs does (old gcsfs token dicts have none)."""
+        require("google.auth", purpose="gs:// credentials from a key", install=_INSTALL)
+        kind = info.get("type")
+        if kind is None and "private_key" in info and "client_email" in info:
+            kind = "service_account"
+        elif kind is None and "refresh_token" in info:
+            kind = "authorized_user"
         try:
             if kind == "service_account":
                 module = require("google.oauth2.service_account", purpose="gs:// keys", install=_INSTALL)
@@ -158,16 +336,22 @@ class GCSAuth:
                 module = require("google.oauth2.credentials", purpose="gs:// keys", install=_INSTALL)
                 credentials = module.Credentials.from_authorized_user_info(info, scopes=[SCOPE])
             else:
-                raise ValueError(
-                    f"its type is {kind!r}; token= takes 'service_account' and 'authorized_user' "
-                    "files (for others, set GOOGLE_APPLICATION_CREDENTIALS and leave token= unset)"
+                shown = (
+                    repr(kind)
+                    if isinstance(kind, str) and re.fullmatch(r"[a-z_]{1,40}", kind)
+                    else "missing or unknown"
                 )
-        except ValueError as exc:
+                raise ValueError(
+                    f"its type is {shown}; token= takes 'service_account' and 'authorized_user' "
+                    "keys (for others, set GOOGLE_APPLICATION_CREDENTIALS and leave token= unset)"
+                )
+        except ValueError as exc:  # (google-auth's MalformedError is a ValueError too)
             raise ConfigurationError(
-                f"cannot load the gs:// credentials file {path!r}: {redact_url(exc)}. Download a new "
+                f"cannot load the gs:// {where}: {self._secrets.mask(exc).rstrip('.')}. Download a new "
                 "service account key (JSON) or run `gcloud auth application-default login`"
             ) from None
-        if self._project and hasattr(credentials, "with_quota_project"):
+        auth = require("google.auth.credentials", purpose="gs:// credentials", install=_INSTALL)
+        if self._project and isinstance(credentials, auth.CredentialsWithQuotaProject):
             credentials = credentials.with_quota_project(self._project)
         return credentials
 
@@ -180,12 +364,14 @@ class GCSAuth:
             raise AccessDeniedError(
                 f"no Google Cloud credentials were found for gs:// ({redact_url(exc)}). Run `gcloud auth "
                 "application-default login`, set GOOGLE_APPLICATION_CREDENTIALS to a service account "
-                "key file, pass storage_options={'token': '/path/to/key.json'}, or 'anon' for a "
-                "public bucket"
+                "key file, pass storage_options={'token': '/path/to/key.json'} (or the key's JSON "
+                "text), or 'anon' for a public bucket"
             ) from None
-        email = getattr(credentials, "service_account_email", None)
-        if isinstance(email, str) and email and email != "default":
-            self.kind = f"application default credentials (service account {email})"
+        service_account = require("google.oauth2.service_account", purpose="gs:// keys", install=_INSTALL)
+        if isinstance(credentials, service_account.Credentials):
+            self.kind = (
+                f"application default credentials (service account {credentials.service_account_email})"
+            )
         return credentials
 
     # -- tokens -----------------------------------------------------------------------------------
@@ -228,18 +414,13 @@ class GCSAuth:
             credentials.refresh(_transport(self._pool))
         except exceptions.RefreshError as exc:
             raise AccessDeniedError(
-                f"the {self.kind} could not get an access token for gs:// ({redact_url(exc)}). Check "
+                f"the {self.kind} could not get an access token for gs:// ({self._secrets.mask(exc)}). Check "
                 "that the key or login is still valid (`gcloud auth application-default login`, or a "
                 "new service account key)"
             ) from None
         except exceptions.TransportError as exc:
             raise TransientSourceError(
-                f"the token request of the {self.kind} failed ({redact_url(exc)}); it is retried. "
+                f"the token request of the {self.kind} failed ({self._secrets.mask(exc)}); it is retried. "
                 "Check that the token endpoint (oauth2.googleapis.com, or the metadata server) is "
                 "reachable"
             ) from None
-
-
-def _looks_like_path(token: str) -> bool:
-    """Whether a ``token=`` value names a file rather than being an access token."""
-    return os.path.isfile(token) or token.endswith(".json") or os.sep in token or token.startswith("~")

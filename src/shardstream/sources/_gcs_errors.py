@@ -41,7 +41,7 @@ def gcs_error(
             f"Access was refused to the {credentials}: check that they may "
             f"{'write to' if write else 'read'} bucket {bucket!r} (role roles/storage.object"
             f"{'User' if write else 'Viewer'}), or pass storage_options={{'token': ...}} (a key "
-            "file path, an access token, or 'anon' for a public bucket)"
+            "file path or its JSON text, an access token, or 'anon' for a public bucket)"
         )
     elif status == 404 and action == "list":
         fix = (

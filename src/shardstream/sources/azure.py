@@ -177,8 +177,9 @@ class AzureSource(SourceBase):
         self.whole = net.whole()
 
     def __repr__(self) -> str:  # never the key, the SAS or the token
+        endpoint = redact_url(self.endpoint_url) if self.endpoint_url is not None else None
         return (
-            f"AzureSource(account={self.account!r}, endpoint_url={self.endpoint_url!r}, "
+            f"AzureSource(account={self.account!r}, endpoint_url={endpoint!r}, "
             f"credential={self.credential.kind!r})"
         )
 

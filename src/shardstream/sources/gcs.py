@@ -72,9 +72,12 @@ class GCSSource(SourceBase):
     Args:
         endpoint_url: the JSON API's address (default: ``STORAGE_EMULATOR_HOST`` when set, else
             ``https://storage.googleapis.com``).
-        token: ``"anon"`` (no credentials, public buckets), ``"google_default"``, a path to a
-            JSON key file, or an OAuth2 access token (default: none with an emulator, else
-            application default credentials). Never logged or shown.
+        token: what gcsfs's ``token=`` takes: ``"anon"`` (no credentials, public buckets),
+            ``"google_default"``, ``"cloud"`` (the metadata server), the path of a JSON key file,
+            the key file's JSON text or a dict of it, a ``google.auth`` Credentials object, or an
+            OAuth2 access token (default: none with an emulator, else application default
+            credentials). Never logged or shown: messages name its kind (see
+            :mod:`._gcs_auth`).
         project: quota project for application default credentials.
         verify: TLS checks: ``True`` (``REQUESTS_CA_BUNDLE`` / system CAs), a CA bundle path, or
             ``False``. ``HTTPS_PROXY``/``HTTP_PROXY``/``NO_PROXY`` are honoured.
@@ -103,7 +106,7 @@ class GCSSource(SourceBase):
         self,
         *,
         endpoint_url: str | None = None,
-        token: str | None = None,
+        token: object = None,
         project: str | None = None,
         verify: bool | str = True,
         connect_timeout: float = 10.0,

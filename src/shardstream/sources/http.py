@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO, cast
 
 from ..config import UNSET, network_env
-from ..errors import ConfigurationError, SourceError
+from ..errors import ConfigurationError, SourceError, redact_url
 from ..net.pool import ConnectionPool, PooledBody
 from ..net.proxy import Proxies
 from ..net.redirect import basic_auth, follow_redirects
@@ -143,7 +143,7 @@ def _error_detail(body: PooledBody) -> str:
     try:
         buf = bytearray(512)
         n = body.readinto(memoryview(buf))
-        return buf[:n].decode("utf-8", "replace").strip().replace("\n", " ")[:200]
+        return redact_url(buf[:n].decode("utf-8", "replace").strip().replace("\n", " "), limit=200)
     except Exception:
         return ""
     finally:

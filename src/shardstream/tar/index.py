@@ -185,8 +185,8 @@ def _entries(url: str, raw: bytes) -> list[IndexEntry]:
             entries.append(entry)
         except (KeyError, TypeError, ValueError) as exc:
             raise IndexFormatError(
-                f"index {redact_url(url)} has a malformed shard entry {str(item)[:200]} ({exc}); rewrite "
-                f"it with `shardstream index {redact_url(_directory(url) or '.')}`"
+                f"index {redact_url(url)} has a malformed shard entry {redact_url(item, limit=200)} "
+                f"({exc}); rewrite it with `shardstream index {redact_url(_directory(url) or '.')}`"
             ) from exc
     return entries
 

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import IO, Any
 
-from ..errors import ConfigurationError, SourceError
+from ..errors import ConfigurationError, SourceError, redact_url
 from .index import IndexEntry, write_index
 from .writer import END_OF_ARCHIVE, Abortable, TarWriter
 
@@ -140,7 +140,7 @@ class ShardWriter:
                 encoded.key,
                 encoded.nbytes + END_OF_ARCHIVE,
                 int(self.maxsize),
-                self.fname,
+                redact_url(self.fname),
             )
         written = self.tarstream.write_encoded(encoded)
         self.count += 1
@@ -174,7 +174,7 @@ class ShardWriter:
             try:
                 write_index(directory, self.shards, storage_options=storage_options)
             except (ConfigurationError, SourceError) as exc:
-                log.warning("could not write the shard index next to %s: %s", self.pattern, exc)
+                log.warning("could not write the shard index next to %s: %s", redact_url(self.pattern), exc)
 
     def __enter__(self) -> ShardWriter:
         return self

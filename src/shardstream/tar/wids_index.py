@@ -64,8 +64,8 @@ def _shardlist(data: Mapping[str, Any], base: str, where: str) -> list[dict[str,
     for item in data.get("shardlist", []):
         if not isinstance(item, Mapping) or "url" not in item or "nsamples" not in item:
             raise ConfigurationError(
-                f"wids index {where} has a shard entry {str(item)[:200]} without 'url' and 'nsamples'; "
-                "every entry needs both (rewrite it with `shardstream index --wids`)"
+                f"wids index {where} has a shard entry {redact_url(item, limit=200)} without 'url' and "
+                "'nsamples'; every entry needs both (rewrite it with `shardstream index --wids`)"
             )
         shard = dict(item)
         shard["url"] = resolve_url(base, str(item["url"]))

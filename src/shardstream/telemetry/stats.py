@@ -3,6 +3,8 @@ how much of a core it got when it ran on a thread pool."""
 
 from __future__ import annotations
 
+from ..errors import redact_url
+
 __all__ = ["StageStats"]
 
 
@@ -21,7 +23,8 @@ class StageStats:
 
     def record(self, exn: BaseException) -> None:
         self.skipped += 1
-        self.last_error = f"{type(exn).__name__}: {exn}"
+        # (any error: a user's map function or a library may have put a URL in it)
+        self.last_error = redact_url(f"{type(exn).__name__}: {exn}")
 
     def gil_wait(self) -> float | None:
         """Share of the sampled calls' wall time on threads spent neither on a core nor waiting
