@@ -23,7 +23,8 @@ LOOPBACK = "127.0.0.1"
 
 @dataclass(frozen=True)
 class Cut:
-    """Close the connection after forwarding ``after`` bytes of response (headers included)."""
+    """Close the connection after forwarding ``after`` bytes of response (headers included);
+    ``Cut(0)`` closes it once the upstream starts answering, so the request has reached it."""
 
     after: int
 
@@ -251,6 +252,11 @@ class FaultProxy:
                 if isinstance(plan, Throttle):
                     want = min(want, max(1, plan.bytes_per_second // 20))
                 if want <= 0:
+                    if isinstance(plan, Cut) and sent == 0:
+                        # Cut(0): the request reaches the server and its answer never reaches the
+                        # client. Without waiting for the answer to start, the close could come
+                        # before the client's request was forwarded (or counted).
+                        upstream.recv(1)
                     if isinstance(plan, Stall):
                         self._stop.wait(plan.seconds)
                     elif isinstance(plan, Reset):
