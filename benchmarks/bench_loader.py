@@ -52,8 +52,13 @@ drifts by 20-30% within a run).
 Datasets are built once and cached in ``--data`` (``images``, ``loader-tiny``, ``loader-video``;
 other sizes get their own directories).
 
+``ss.Loader``'s thread mode leaves glibc's allocator of its process alone unless asked;
+``--tune-malloc`` asks for it in every thread-mode row (``tune_malloc=True``: mallopt is
+process-wide and stays, so compare a run with the flag against one without). Worker processes
+are tuned in both.
+
     .venv/bin/python benchmarks/bench_loader.py [--rounds 3] [--only images|tiny|video]
-        [--decoder simplejpeg|pillow] [--threads 2] [--markdown F]
+        [--decoder simplejpeg|pillow] [--threads 2] [--tune-malloc] [--markdown F]
 """
 
 from __future__ import annotations
@@ -84,6 +89,8 @@ from _common import (  # noqa: E402
 from _rss import TreeRss  # noqa: E402
 
 BATCH = 32
+#: ``tune_malloc`` of the thread-mode rows (``--tune-malloc``).
+TUNE_MALLOC = False
 COUNT = 2_000
 SECTIONS = ("images", "tiny", "video")
 SPDL_HINT = ".venv/bin/pip install spdl==0.8.0"
@@ -304,7 +311,7 @@ def spdl_case(urls: list[str], decode: Callable[[bytes], Any], threads: int) -> 
             .aggregate(BATCH)
             .pipe(default_collate)
             .add_sink(3)
-            .build(num_threads=threads)
+            .build(num_threads=threads, tune_malloc=TUNE_MALLOC)
         )
         return SpdlLoader(pipeline)
 
@@ -332,7 +339,8 @@ def image_cases(
         *([spdl] if spdl is not None else []),
         Case("shardstream WebLoader(2 workers)", lambda: ss.WebLoader(ours(), **two)),
         Case(
-            f"ss.Loader, {threads} threads", lambda: ss.Loader(ours(), batch_size=BATCH, num_threads=threads)
+            f"ss.Loader, {threads} threads",
+            lambda: ss.Loader(ours(), batch_size=BATCH, num_threads=threads, tune_malloc=TUNE_MALLOC),
         ),
         Case("ss.Loader, 2 processes", lambda: ss.Loader(ours(), batch_size=BATCH, num_workers=2)),
         *(stage_cases(urls, threads) if decoder == "simplejpeg" else []),
@@ -353,7 +361,7 @@ def memory_case(urls: list[str], threads: int) -> Case:
         pipeline = ss.DataPipeline(
             lambda: iter(samples), ss.decode("rgb8", jpeg_backend="simplejpeg"), ss.to_tuple("jpg", "cls")
         )
-        return ss.Loader(pipeline, batch_size=BATCH, num_threads=threads)
+        return ss.Loader(pipeline, batch_size=BATCH, num_threads=threads, tune_malloc=TUNE_MALLOC)
 
     return Case(f"reference: ss.Loader, {threads} threads, decode stage, samples in memory", make)
 
@@ -384,7 +392,7 @@ def stage_cases(urls: list[str], threads: int) -> list[Case]:
     return [
         Case(
             f"ss.Loader, {threads} threads, decode stage",
-            lambda: ss.Loader(staged(), batch_size=BATCH, num_threads=threads),
+            lambda: ss.Loader(staged(), batch_size=BATCH, num_threads=threads, tune_malloc=TUNE_MALLOC),
         ),
         Case(
             "ss.Loader, 2 processes, decode stage",
@@ -419,7 +427,7 @@ def tiny_cases(urls: list[str], count: int, threads: int) -> list[Case]:
         Case("webdataset 1.0.2 + DataLoader(2 workers)", lambda: DataLoader(theirs(), **two), count),
         Case(
             f"ss.Loader, {threads} threads",
-            lambda: ss.Loader(ours(), batch_size=BATCH, num_threads=threads),
+            lambda: ss.Loader(ours(), batch_size=BATCH, num_threads=threads, tune_malloc=TUNE_MALLOC),
             count,
         ),
         Case("ss.Loader, 2 processes", lambda: ss.Loader(ours(), batch_size=BATCH, num_workers=2), count),
@@ -457,7 +465,7 @@ def video_cases(urls: list[str], videos: int, threads: int, ffmpeg_threads: int 
         Case("webdataset 1.0.2 + DataLoader(2 workers)", lambda: DataLoader(theirs(), **two), videos),
         Case(
             f"ss.Loader, {threads} threads",
-            lambda: ss.Loader(ours(), batch_size=VIDEO_BATCH, num_threads=threads),
+            lambda: ss.Loader(ours(), batch_size=VIDEO_BATCH, num_threads=threads, tune_malloc=TUNE_MALLOC),
             videos,
         ),
         Case(
@@ -682,8 +690,15 @@ def main() -> None:
     parser.add_argument(
         "--no-warmup", dest="warmup", action="store_false", help="skip the unmeasured pass of every case"
     )
+    parser.add_argument(
+        "--tune-malloc",
+        action="store_true",
+        help="thread-mode rows raise glibc's mmap and trim thresholds in this process (tune_malloc=True)",
+    )
     parser.add_argument("--markdown", type=Path)
     args = parser.parse_args()
+    global TUNE_MALLOC
+    TUNE_MALLOC = args.tune_malloc
     only = [s for s in SECTIONS if s in (args.only or SECTIONS)]
 
     command = f".venv/bin/python benchmarks/bench_loader.py --rounds {args.rounds}"
@@ -703,6 +718,8 @@ def main() -> None:
             command += f" {flag} {'default' if value is None else value}"
     if not args.warmup:
         command += " --no-warmup"
+    if args.tune_malloc:
+        command += " --tune-malloc"
     lines = [
         f"# bench_loader: {', '.join(only)}",
         "",
@@ -712,6 +729,8 @@ def main() -> None:
         f"- {args.rounds} alternating rounds x {args.passes} passes per section"
         + (", after one unmeasured pass of every case" if args.warmup else "")
         + "; medians over rounds and passes",
+        "- allocator of this process (thread-mode rows): "
+        + ("tuned (`tune_malloc=True`)" if args.tune_malloc else "left alone (the default)"),
     ]
     sections = {"images": images_section, "tiny": tiny_section, "video": video_section}
     try:
