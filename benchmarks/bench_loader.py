@@ -54,8 +54,13 @@ drifts by 20-30% within a run).
 Datasets are built once and cached in ``--data`` (``images``, ``loader-tiny``, ``loader-video``;
 other sizes get their own directories).
 
+``ss.Loader``'s thread mode leaves glibc's allocator of its process alone unless asked;
+``--tune-malloc`` asks for it in every thread-mode row (``tune_malloc=True``: mallopt is
+process-wide and stays, so compare a run with the flag against one without). Worker processes
+are tuned in both.
+
     .venv/bin/python benchmarks/bench_loader.py [--rounds 3] [--only images|tiny|video]
-        [--decoder simplejpeg|pillow] [--threads 2] [--markdown F]
+        [--decoder simplejpeg|pillow] [--threads 2] [--tune-malloc] [--markdown F]
 """
 
 from __future__ import annotations
@@ -87,6 +92,8 @@ from _common import (  # noqa: E402
 from _rss import PSS_SHARE, TreeMemory  # noqa: E402
 
 BATCH = 32
+#: ``tune_malloc`` of the thread-mode rows (``--tune-malloc``).
+TUNE_MALLOC = False
 COUNT = 2_000
 SECTIONS = ("images", "tiny", "video")
 MEMORY_NOTE = (
@@ -337,7 +344,9 @@ def threads_row(images: Images) -> Case:
 
     return Case(
         f"ss.Loader, {images.threads} threads",
-        lambda: ss.Loader(_ours(images), batch_size=BATCH, num_threads=images.threads),
+        lambda: ss.Loader(
+            _ours(images), batch_size=BATCH, num_threads=images.threads, tune_malloc=TUNE_MALLOC
+        ),
     )
 
 
@@ -363,7 +372,9 @@ def stage_threads_row(images: Images) -> Case | None:
         return None
     return Case(
         f"ss.Loader, {images.threads} threads, decode stage",
-        lambda: ss.Loader(_staged(images), batch_size=BATCH, num_threads=images.threads),
+        lambda: ss.Loader(
+            _staged(images), batch_size=BATCH, num_threads=images.threads, tune_malloc=TUNE_MALLOC
+        ),
     )
 
 
@@ -393,7 +404,7 @@ def memory_row(images: Images) -> Case | None:
         pipeline = ss.DataPipeline(
             lambda: iter(samples), ss.decode("rgb8", jpeg_backend="simplejpeg"), ss.to_tuple("jpg", "cls")
         )
-        return ss.Loader(pipeline, batch_size=BATCH, num_threads=images.threads)
+        return ss.Loader(pipeline, batch_size=BATCH, num_threads=images.threads, tune_malloc=TUNE_MALLOC)
 
     return Case(f"reference: ss.Loader, {images.threads} threads, decode stage, samples in memory", make)
 
@@ -499,7 +510,7 @@ def tiny_cases(urls: list[str], count: int, threads: int) -> list[Case]:
         Case("webdataset 1.0.2 + DataLoader(2 workers)", lambda: DataLoader(theirs(), **two), count),
         Case(
             f"ss.Loader, {threads} threads",
-            lambda: ss.Loader(ours(), batch_size=BATCH, num_threads=threads),
+            lambda: ss.Loader(ours(), batch_size=BATCH, num_threads=threads, tune_malloc=TUNE_MALLOC),
             count,
         ),
         Case("ss.Loader, 2 processes", lambda: ss.Loader(ours(), batch_size=BATCH, num_workers=2), count),
@@ -537,7 +548,7 @@ def video_cases(urls: list[str], videos: int, threads: int, ffmpeg_threads: int 
         Case("webdataset 1.0.2 + DataLoader(2 workers)", lambda: DataLoader(theirs(), **two), videos),
         Case(
             f"ss.Loader, {threads} threads",
-            lambda: ss.Loader(ours(), batch_size=VIDEO_BATCH, num_threads=threads),
+            lambda: ss.Loader(ours(), batch_size=VIDEO_BATCH, num_threads=threads, tune_malloc=TUNE_MALLOC),
             videos,
         ),
         Case(
@@ -761,8 +772,15 @@ def main() -> None:
     parser.add_argument(
         "--no-warmup", dest="warmup", action="store_false", help="skip the unmeasured pass of every case"
     )
+    parser.add_argument(
+        "--tune-malloc",
+        action="store_true",
+        help="thread-mode rows raise glibc's mmap and trim thresholds in this process (tune_malloc=True)",
+    )
     parser.add_argument("--markdown", type=Path)
     args = parser.parse_args()
+    global TUNE_MALLOC
+    TUNE_MALLOC = args.tune_malloc
     only = [s for s in SECTIONS if s in (args.only or SECTIONS)]
 
     command = f".venv/bin/python benchmarks/bench_loader.py --rounds {args.rounds}"
@@ -782,6 +800,8 @@ def main() -> None:
             command += f" {flag} {'default' if value is None else value}"
     if not args.warmup:
         command += " --no-warmup"
+    if args.tune_malloc:
+        command += " --tune-malloc"
     lines = [
         f"# bench_loader: {', '.join(only)}",
         "",
@@ -791,6 +811,8 @@ def main() -> None:
         f"- {args.rounds} alternating rounds x {args.passes} passes per section"
         + (", after one unmeasured pass of every case" if args.warmup else "")
         + "; medians over rounds and passes",
+        "- allocator of this process (thread-mode rows): "
+        + ("tuned (`tune_malloc=True`)" if args.tune_malloc else "left alone (the default)"),
     ]
     sections = {"images": images_section, "tiny": tiny_section, "video": video_section}
     try:

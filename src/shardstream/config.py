@@ -65,7 +65,8 @@ VARIABLES: Final[dict[str, tuple[str | None, str]]] = {
     ),
     "SHARDSTREAM_TUNE_MALLOC": (
         None,
-        "0: leave glibc's allocator alone in DataLoader workers (default 1: keep decode buffers on the heap)",
+        "0: leave glibc's allocator alone in DataLoader workers too (unset: workers only, to keep decode "
+        "buffers on the heap); 1: also in the process running an ss.Loader in thread mode",
     ),
 }
 
@@ -148,7 +149,10 @@ class Settings:
     telemetry_interval: float = 60.0
     worker_start: str = "auto"
     worker_timeout: float = 600.0
+    #: Tune glibc's allocator in shardstream's worker processes (unless SHARDSTREAM_TUNE_MALLOC=0).
     tune_malloc: bool = True
+    #: Also in the user's process, for ss.Loader's thread mode (only SHARDSTREAM_TUNE_MALLOC=1).
+    tune_malloc_main: bool = False
 
 
 def _number(name: str, value: str | None, kind: type[int] | type[float], default: float) -> float:
@@ -205,6 +209,7 @@ def read_settings(environ: Mapping[str, str] | None = None) -> Settings:
             "SHARDSTREAM_WORKER_TIMEOUT", env_value("SHARDSTREAM_WORKER_TIMEOUT", env), float, 600.0
         ),
         tune_malloc=_flag("SHARDSTREAM_TUNE_MALLOC", env_value("SHARDSTREAM_TUNE_MALLOC", env) or "1"),
+        tune_malloc_main=_flag("SHARDSTREAM_TUNE_MALLOC", env_value("SHARDSTREAM_TUNE_MALLOC", env)),
     )
 
 

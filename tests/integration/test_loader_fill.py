@@ -199,9 +199,7 @@ def test_images_of_different_sizes_in_one_batch_behave_as_without_deferral(tmp_p
 
 
 def test_a_deferred_value_is_an_array_like(urls: list[str]) -> None:
-    pipeline = _staged(urls)
-    pipeline.fill_batches(True)
-    (value, _), *_ = pipeline
+    (value, _), *_ = _staged(urls).run(fills=True)
     assert type(value) is DeferredArray and value.shape == (40, 56, 3)
     assert np.array_equal(np.asarray(value), _eager(urls)[0][0])
 

@@ -20,6 +20,7 @@ import pytest
 from _loader_cases import STOPS, stop
 
 import shardstream as ss
+from shardstream.loader.shm import INLINE_MAX
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="the buffers live in /dev/shm (Linux)")
@@ -177,11 +178,15 @@ def test_tensors_outside_the_buffers_never_take_a_descriptor_each(urls: list[str
     assert shared == {"batches": batches, "inline": batches, "fresh": 0}  # the labels came inline
 
     with ss.Loader(ds, batch_size=8, num_workers=2, collate_fn=_small_columns) as loader:
-        seen = []
+        seen, copied = [], 0
         for large, cls, small, half in loader:
             seen += _check((large, cls))
             assert (small.numpy() == (cls.numpy() % 251)[:, None]).all()
             assert half.dtype == torch.bfloat16 and (half.float() == cls.float()).all()
+            # A worker's short last batch may hold a large column small enough to come inline.
+            copied += large.numel() * large.element_size() > INLINE_MAX
         shared = loader.stats()["shared_buffers"]
     assert sorted(seen) == list(range(sum(COUNTS)))
-    assert shared == {"batches": batches, "inline": 2 * batches, "fresh": batches}  # fresh: bfloat16
+    assert copied >= batches - 2  # at most one short batch per worker
+    inline = 2 * batches + (batches - copied)  # labels and small arrays, and the small large ones
+    assert shared == {"batches": copied, "inline": inline, "fresh": batches}  # fresh: bfloat16

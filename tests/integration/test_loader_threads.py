@@ -198,14 +198,22 @@ _TUNE_SCRIPT = """
 import logging, sys
 logging.basicConfig(level=logging.INFO, stream=sys.stderr)
 sys.path.insert(0, {here!r})
-from _loader_cases import make
-with make("shuffled", {urls!r}, num_threads=2) as loader:
+import shardstream as ss
+from _loader_cases import pipeline
+with ss.Loader(pipeline("shuffled", {urls!r}), batch_size=4, num_threads=2, **{kwargs!r}) as loader:
     print(sum(len(b[0]) for b in loader))
 """
 
 
-@pytest.mark.parametrize("setting", [None, "0"])
-def test_thread_mode_tunes_the_allocator_unless_told_not_to(urls: list[str], setting: str | None) -> None:
+@pytest.mark.parametrize(
+    ("setting", "kwargs", "tuned"),
+    [(None, {}, False), ("0", {}, False), ("1", {}, True), (None, {"tune_malloc": True}, True),
+     ("1", {"tune_malloc": False}, False)],
+)  # fmt: skip
+def test_thread_mode_tunes_the_allocator_only_when_asked(
+    urls: list[str], setting: str | None, kwargs: dict[str, Any], tuned: bool
+) -> None:
+    # The user's process is theirs: mallopt there is opt-in (worker processes stay tuned).
     from shardstream.malloc import is_glibc
 
     if not is_glibc():
@@ -213,13 +221,12 @@ def test_thread_mode_tunes_the_allocator_unless_told_not_to(urls: list[str], set
     env = {k: v for k, v in os.environ.items() if not k.startswith("SHARDSTREAM_")}
     if setting is not None:
         env["SHARDSTREAM_TUNE_MALLOC"] = setting
-    code, output = run_in_session(
-        [sys.executable, "-c", _TUNE_SCRIPT.format(here=str(HERE), urls=urls)], cwd=HERE, env=env, timeout=120
-    )
+    script = _TUNE_SCRIPT.format(here=str(HERE), urls=urls, kwargs=kwargs)
+    code, output = run_in_session([sys.executable, "-c", script], cwd=HERE, env=env, timeout=120)
     assert code == 0, output[-2000:]
     assert int(output.split()[-1]) > 0  # the samples it read, printed last
     logged = "raised glibc's mmap and trim thresholds" in output
-    assert logged is (setting is None), output[-2000:]
+    assert logged is tuned, output[-2000:]
 
 
 def _short_last_batch(urls: list[str], kind: str) -> Any:
@@ -310,28 +317,25 @@ def test_video_decoding_on_the_loader_s_threads_starts_no_ffmpeg_threads_of_its_
         assert pool.submit(thread_count, 3).result() == 3
 
 
-@pytest.mark.parametrize("engine", ["threads", "shm"])
-def test_webloader_runs_on_the_new_engine_with_one_argument(urls: list[str], engine: str) -> None:
-    from torch.utils.data import DataLoader
+@pytest.mark.parametrize("workers", [0, 2])
+def test_ss_loader_gives_what_webloader_gives(urls: list[str], workers: int) -> None:
+    # What WebLoader(engine="threads" | "shm") checked before it was removed: ss.Loader with
+    # threads gives exactly the one-process order of WebLoader without workers, and with
+    # worker processes the DataLoader's interleaving of its workers.
+    def web(workers: int) -> Any:
+        return ss.WebLoader(pipeline("shuffled", urls), batch_size=4, num_workers=workers)
 
-    def loader(engine: str, workers: int) -> Any:
-        return ss.WebLoader(pipeline("shuffled", urls), batch_size=4, num_workers=workers, engine=engine)
-
-    with loader("torch", 0) as one, loader("torch", 2) as two:
+    with web(0) as one, web(2) as two:
         reference = {0: _epoch(one), 2: _epoch(two)}
-    with loader(engine, 2) as new:
-        assert isinstance(new, ss.WebLoader) and isinstance(new, DataLoader)
-        got = _epoch(new)
-        # Threads give exactly the one-process order; worker processes give the DataLoader's
-        # interleaving of its workers.
-        assert got == reference[0 if engine == "threads" else 2]
-        assert new.stats()["engine"] == engine
+    loader = ss.Loader(pipeline("shuffled", urls), batch_size=4, num_threads=2, num_workers=workers)
+    with loader:
+        assert _epoch(loader) == reference[workers]
 
 
-def test_a_state_from_the_thread_engine_restores_in_torch_s(urls: list[str]) -> None:
+def test_a_state_from_thread_mode_restores_in_webloader(urls: list[str]) -> None:
     with ss.WebLoader(pipeline("shuffled", urls), batch_size=4, num_workers=0) as full:
         reference = _epoch(full)
-    with ss.WebLoader(pipeline("shuffled", urls), batch_size=4, num_workers=3, engine="threads") as first:
+    with ss.Loader(pipeline("shuffled", urls), batch_size=4, num_threads=3) as first:
         it = iter(first)
         head = [keys(next(it)) for _ in range(3)]
         state = first.state_dict()
@@ -340,6 +344,7 @@ def test_a_state_from_the_thread_engine_restores_in_torch_s(urls: list[str]) -> 
         assert head + _epoch(second) == reference
 
 
-def test_an_unknown_engine_is_refused_naming_the_choices(urls: list[str]) -> None:
-    with pytest.raises(ValueError, match="'threads'"):
-        ss.WebLoader(pipeline("shuffled", urls), batch_size=4, engine="fast")
+@pytest.mark.parametrize("engine", ["threads", "shm", "torch"])
+def test_the_engine_argument_is_refused_saying_what_to_write(urls: list[str], engine: str) -> None:
+    with pytest.raises(TypeError, match=r"ss\.Loader\(dataset, batch_size=\.\.\., num_threads=N\)"):
+        ss.WebLoader(pipeline("shuffled", urls), batch_size=4, num_workers=2, engine=engine)

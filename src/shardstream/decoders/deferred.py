@@ -9,9 +9,9 @@ compressed bytes, and a function that decodes into given memory) and the default
 
 The decode stage defers only when nothing between it and the collation reads the value (the
 stages after it declare ``passes_values``) and the loader's default collation makes the batches
-(``ss.Loader`` asks for it with ``fill_batches``); the pipeline's own iteration, a custom
-``collate_fn`` and ``WebLoader``'s torch path always get arrays. A deferred value that reaches
-other code anyway is an array-like: ``np.asarray(value)`` decodes it.
+(``ss.Loader`` asks for it with ``DataPipeline.run(fills=True)``); the pipeline's own
+iteration, a custom ``collate_fn`` and ``WebLoader``'s torch path always get arrays. A deferred
+value that reaches other code anyway is an array-like: ``np.asarray(value)`` decodes it.
 
 Errors keep their meaning: the header was read and checked (size, decompression-bomb limit)
 when the stage ran, and a decode that fails at the fill falls back to Pillow as the eager path

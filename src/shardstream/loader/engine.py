@@ -8,7 +8,34 @@
   (``Threads.spread``).
 * ``num_workers=M``: ``M`` worker processes, each running its share of the epoch as a DataLoader
   worker does (started the fork-safe way of ``_start.py``, persistent by default), each with
-  ``num_threads`` threads for its per-sample stages.
+  ``num_threads`` threads for its per-sample stages. They run through an internal
+  :class:`WebLoader` (torch's DataLoader machinery, the stuck-worker watchdog of ``_watchdog.py``):
+  the one path from ``ss.Loader`` to a worker process.
+
+The dataset is never changed by the loader. Thread mode runs a private copy of the pipeline
+(``DataPipeline.run_copy``), made at the first ``iter()`` and kept while ``persistent_workers``
+(else made anew at every ``iter()``), as DataLoader workers run copies of theirs: the loader's
+positions and restores apply to that copy, and its thread pool and fill flag are arguments of the
+copy's run (``DataPipeline.run``), never stored. Each loader counts its own epochs
+(``LoaderDataset.loader_epoch``: the dataset's next one to start with, or one given with
+``set_epoch``), so any number of loaders, in either mode, can run one dataset one after another or
+at once, and each gives the batches it would give alone; the dataset itself still iterates as a
+fresh one would.
+
+DataLoader's arguments are all taken by keyword: each is honoured, or refused when the loader is
+built saying why (``_arguments.py``). In a training loop that expects a DataLoader:
+
+* **Lightning**: pass the loader to ``Trainer.fit``/``validate``; its first ``iter()`` under the
+  Trainer adds shardstream's callback to it (``lightning.py``), so checkpoints taken mid-epoch
+  resume with exactly the remaining batches (also under DDP).
+* **Hugging Face Accelerate**: ``accelerator.prepare(loader)`` returns an ``ss.Loader`` unchanged
+  (it prepares DataLoaders only: batches stay where ``device=`` puts them, and the dataset's
+  ``split=`` shares the shards between processes). One line makes ``save_state``/``load_state``
+  save and restore its position: ``accelerator.register_for_checkpointing(loader)``. After
+  ``load_state(dir)`` in a new process, the next ``iter()`` continues the saved epoch. With one
+  process: Accelerate writes the main process's copy of registered objects only, so with
+  several, save each rank's ``loader.state_dict()`` yourself (``tests/integration/test_accelerate.py``).
+* **Any loop** that calls ``state_dict()``/``load_state_dict()`` (torchdata's names).
 
 With the default collation, a ``decode("rgb8")`` (``rgba8``, ``l8``) followed only by stages that
 move values (to_tuple, rename, shuffle) leaves each JPEG to be decoded straight into its row of
@@ -39,10 +66,12 @@ from ..pipeline.parallel import Threads
 from ..pipeline.pipeline import close_iterator
 from ..pipeline.seams import LoaderDataset
 from ..telemetry.report import threads_verdict
+from ._arguments import check_dataloader_arguments, check_thread_mode
 from ._length import batch_count, loader_length
 from ._state import Live, fingerprint, loader_state, restore_plan
 from .buffers import ReusedBuffers
 from .device import PinnedMemory, Pinning, Prefetch, cuda, to_device
+from .lightning import join_running_trainer
 from .shm import MainRing, RingHandOff, RingWorkers, new_token, ring_directory
 from .threads import EpochRun
 
@@ -58,8 +87,8 @@ def _tune_once() -> None:
     global _tuned
     if not _tuned and tune_allocator():
         log.info(
-            "ss.Loader raised glibc's mmap and trim thresholds in this process (decode buffers are "
-            "reused on the heap); tune_malloc=False or SHARDSTREAM_TUNE_MALLOC=0 leaves it alone"
+            "ss.Loader raised glibc's mmap and trim thresholds in this process, as asked (tune_malloc=True "
+            "or SHARDSTREAM_TUNE_MALLOC=1): decode buffers are reused on the heap"
         )
     _tuned = True
 
@@ -91,31 +120,55 @@ class Loader:
 
     Args:
         dataset: a shardstream pipeline (``Dataset``, ``WebDataset``, ``ObjectStream``,
-            ``DataPipeline``, video clips, ...).
+            ``DataPipeline``, video clips, ...); the loader never changes it.
         batch_size: samples per batch; ``None`` when the pipeline batches (``.batched(n)``).
+
         num_threads: threads for the per-sample stages (decode, map, to_tuple), per process.
-        num_workers: worker processes (0: everything in this process).
+        num_workers: worker processes (0: everything in this process, "thread mode").
+        shm: process mode: workers stack batches into shared-memory buffers allocated once and
+            reused, each returning to its worker when the training loop drops the batch
+            (``shm.py``); ``False``: a fresh segment per batch, torch's way. Linux only.
+
         collate_fn: makes a batch from a list of samples (``batch_size`` set) or converts one
             item (``batch_size=None``); default: stack arrays, numbers to arrays, then torch
             tensors when torch is installed.
         drop_last: drop the last batch of an epoch when it is short.
-        prefetch_factor: batches made ahead (per worker in process mode).
+        prefetch_factor: batches made ahead (per worker in process mode); default 2.
         pin_memory: pin batches' tensors (faster copies to the GPU); needs CUDA, else ignored.
         device: copy every batch to this device, the next one on a side stream while the
             current one is used (``"cuda"``, ``"cuda:1"``); ``None``: stay on the CPU.
-        persistent_workers: keep worker processes between epochs (process mode).
-        shm: process mode: workers stack batches into shared-memory buffers allocated once and
-            reused, each returning to its worker when the training loop drops the batch
-            (``shm.py``); ``False``: a fresh segment per batch, torch's way. Linux only.
+        persistent_workers: keep between epochs the worker processes (process mode), or the
+            thread pool and the loader's copy of the pipeline (thread mode); default True.
+            ``False``: new ones every epoch, stopped when it ends.
+
+        timeout: seconds the training loop waits for one batch before
+            :class:`~shardstream.errors.WorkerStuckError` (0: ``worker_timeout`` applies); wins
+            over ``worker_timeout`` when above 0.
+        worker_timeout: the same bound by shardstream's name (default
+            ``SHARDSTREAM_WORKER_TIMEOUT`` or 600; 0: wait forever). Process mode: the error names
+            the worker, its PID and its Python stack (see ``WebLoader``); thread mode: the
+            stacks of the producer and pool threads, which cannot be killed and are left behind.
+        worker_init_fn: process mode: called with the worker's index in each worker process,
+            after shardstream's own setup (its threads, its buffers). Refused in thread mode.
+        multiprocessing_context: process mode: how workers start (default: fork when no other
+            thread runs, shardstream's forkserver otherwise; ``_start.py``). Refused in thread
+            mode.
+        generator: process mode: the torch generator that seeds the workers' torch random state
+            (``torch.initial_seed()`` in each), as in a DataLoader. Refused in thread mode: the
+            pipeline's shuffles come from ``Dataset(seed=)``.
+        shuffle, sampler, batch_sampler, in_order, pin_memory_device: DataLoader's; only their
+            defaults are taken (``_arguments.py`` says why and what to write instead).
+
         telemetry: time per stage (as ``WebLoader(telemetry=)``).
         tune_malloc: in thread mode, raise glibc's mmap and trim thresholds in this process
             when the first epoch starts (``malloc.py``), so decode buffers are reused on the heap
             instead of mapped and unmapped per image; an unmap in a process with several
-            threads also interrupts the others (TLB shootdown); it raised thread mode's rate
-            on 256x256 JPEGs in an A/B run that no results file holds (the thread-mode rows
-            of ``benchmarks/bench_loader.py`` run tuned). It changes the whole process
-            (memory is kept after a peak) and is logged once; default: on, unless
-            ``SHARDSTREAM_TUNE_MALLOC=0``. Worker processes are tuned as ``WebLoader``'s are.
+            threads also interrupts the others (TLB shootdown). It changes the whole process
+            (memory is kept after a peak), so it is off unless asked: ``True``, or
+            ``SHARDSTREAM_TUNE_MALLOC=1``; logged once. What leaving it off costs is measured by
+            ``benchmarks/bench_loader.py --tune-malloc`` (``benchmarks/results/``). Worker
+            processes are shardstream's and are tuned as ``WebLoader``'s are (unless
+            ``SHARDSTREAM_TUNE_MALLOC=0``).
     """
 
     def __init__(
@@ -127,10 +180,20 @@ class Loader:
         num_workers: int = 0,
         collate_fn: Callable[[Any], Any] | None = None,
         drop_last: bool = False,
-        prefetch_factor: int = 2,
+        prefetch_factor: int | None = None,
         pin_memory: bool = False,
         device: Any = None,
         persistent_workers: bool = True,
+        timeout: float = 0,
+        worker_timeout: float | None = None,
+        worker_init_fn: Callable[[int], None] | None = None,
+        multiprocessing_context: Any = None,
+        generator: Any = None,
+        shuffle: bool | None = None,
+        sampler: Any = None,
+        batch_sampler: Any = None,
+        in_order: bool = True,
+        pin_memory_device: str = "",
         telemetry: bool | None = None,
         tune_malloc: bool | None = None,
         shm: bool = True,
@@ -144,15 +207,35 @@ class Loader:
             raise ValueError(f"{num_threads=} must be at least 1 and {num_workers=} at least 0")
         if batch_size is not None and batch_size < 1:
             raise ValueError(f"batch_size={batch_size} must be at least 1, or None")
+        check_dataloader_arguments(
+            shuffle=shuffle,
+            sampler=sampler,
+            batch_sampler=batch_sampler,
+            in_order=in_order,
+            pin_memory_device=pin_memory_device,
+            prefetch_factor=prefetch_factor,
+            timeout=timeout,
+        )
+        if num_workers == 0:
+            check_thread_mode(
+                worker_init_fn=worker_init_fn,
+                multiprocessing_context=multiprocessing_context,
+                generator=generator,
+            )
         self.dataset: Any = dataset
         self.batch_size, self.num_threads, self.num_workers = batch_size, num_threads, num_workers
-        self.drop_last, self.prefetch_factor = drop_last, max(1, prefetch_factor)
+        self.drop_last = drop_last
+        self.prefetch_factor = prefetch_factor if prefetch_factor is not None else 2
         self.collate_fn: Callable[[Any], Any] = collate_fn or (_Collate() if batch_size else _convert)
         self.pin_memory, self.device = pin_memory, device
-        if telemetry is not None:
-            dataset.with_telemetry(telemetry)
-        self._tune = read_settings().tune_malloc if tune_malloc is None else tune_malloc
-        self._threads: Threads | None = None
+        self.persistent_workers = persistent_workers
+        self.timeout, self.worker_timeout = timeout, worker_timeout
+        self._telemetry = telemetry
+        self._tune = read_settings().tune_malloc_main if tune_malloc is None else tune_malloc
+        self._threads: Threads | None = None  # thread mode: the pool kept between epochs
+        self._copy: Any = None  # thread mode: the pipeline this loader runs (a private copy)
+        self._epoch_set: int | None = None  # set_epoch(n): the next iter()'s epoch
+        self._last_epoch: int | None = None  # this loader's count of its epochs
         self._runs: weakref.WeakSet[_Batches] = weakref.WeakSet()
         self._pending: dict[str, Any] | None = None
         self._live: Live | None = None
@@ -184,13 +267,19 @@ class Loader:
                 prefetch_factor=self.prefetch_factor,
                 persistent_workers=persistent_workers,
                 pin_memory=pin_memory and ring is None,  # with buffers: pinned by the main side
-                worker_init_fn=WorkerSetup(num_threads, ring, fills=self._fills()),
+                timeout=timeout,
+                worker_timeout=worker_timeout,
+                multiprocessing_context=multiprocessing_context,
+                generator=generator,
+                telemetry=telemetry,
+                worker_init_fn=WorkerSetup(num_threads, ring, fills=self._fills(), then=worker_init_fn),
             )
         self._owned: list[Any] = []  # what close() (or garbage collection) stops: the thread pool
         weakref.finalize(self, _close_all, self._runs, self._owned)
 
     # -- iterating -------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:
+        join_running_trainer()
         if self._workers is not None:
             batches: Iterator[Any] = iter(self._workers)
             if self._ring is not None:
@@ -199,25 +288,36 @@ class Loader:
             return self._to_device(batches)
         for run in list(self._runs):  # a new epoch ends the one still running
             run.close()
-        dataset = self.dataset
-        epoch, seen = -1, [None]
+        seen: list[Any] = [None]
+        restore = None
         if self._pending is not None:
-            plan, self._pending = self._pending["plan"], None
+            plan, self._pending, self._epoch_set = self._pending["plan"], None, None
             epoch, seen = int(plan["epoch"]), list(plan["workers"])
-            dataset.restore_position(seen[0] if seen[0] is not None else {"epoch": epoch, "start": True})
-            dataset.set_epoch(epoch)
-            dataset.begin_epoch()
+            restore = seen[0] if seen[0] is not None else {"epoch": epoch, "start": True}
+        elif self._epoch_set is not None:
+            epoch, self._epoch_set = self._epoch_set, None
         else:
-            epoch = dataset.begin_epoch()
+            epoch = int(self.dataset.loader_epoch(self._last_epoch))
+        self._last_epoch = epoch
+        copy = self._copy
+        if copy is None or not self.persistent_workers:
+            copy = self._copy = self.dataset.run_copy()
+            if self._telemetry is not None:
+                copy.with_telemetry(self._telemetry)
+        if restore is not None:  # positions and restores apply to the copy
+            copy.restore_position(restore)
+        else:
+            copy.begin_epoch(epoch)
         if self._tune:
             _tune_once()
-        if self.num_threads > 1 and self._threads is None:
-            self._threads = Threads(self.num_threads)
-            self._owned.append(self._threads)
-        dataset.use_threads(self._threads)
-        dataset.fill_batches(self._fills())
+        pool = self._threads
+        if self.num_threads > 1 and pool is None:
+            pool = Threads(self.num_threads)
+            if self.persistent_workers:
+                self._threads = pool
+                self._owned.append(pool)
         live = self._live = Live(epoch, [0], seen)
-        batches = _Batches(self, live)
+        batches = _Batches(self, live, copy, pool, own_pool=pool is not None and pool is not self._threads)
         self._runs.add(batches)
         return self._to_device(batches)
 
@@ -227,8 +327,12 @@ class Loader:
         return self.batch_size is not None and type(self.collate_fn) is _Collate
 
     def set_epoch(self, epoch: int) -> None:
-        """Use ``epoch`` for the next ``iter()``."""
-        self.dataset.set_epoch(epoch)
+        """Use ``epoch`` for the next ``iter()`` (later ones continue from it); the dataset is
+        left alone (``set_epoch`` on the dataset, as for a DataLoader, works too)."""
+        if self._workers is not None:
+            self._workers.set_epoch(epoch)
+        else:
+            self._epoch_set = epoch
 
     def __len__(self) -> int:
         if self._workers is not None:
@@ -268,7 +372,7 @@ class Loader:
                     "fresh": ring.fresh,
                 }
             return report
-        report = dict(self.dataset.stats())
+        report = dict((self._copy if self._copy is not None else self.dataset).stats())
         report["num_threads"] = self.num_threads
         report["batch_buffers"] = {"reused": self._buffers.reused, "fresh": self._buffers.fresh}
         report["threads_verdict"] = threads_verdict(report.get("threads", []), self.num_threads)
@@ -338,6 +442,7 @@ class Loader:
             self._ring.close()  # names a killed worker left behind
         _close_all(self._runs, self._owned)
         self._threads = None
+        self._copy = None  # its running stream (with_epoch) closes when collected
 
     def __enter__(self) -> Loader:
         return self
@@ -347,21 +452,30 @@ class Loader:
 
 
 class _Batches:
-    """One epoch's iterator in thread mode: batches from an :class:`EpochRun`, positions recorded."""
+    """One epoch's iterator in thread mode: batches from an :class:`EpochRun` over the loader's
+    copy of the pipeline, positions recorded. ``own_pool``: the pool is this epoch's alone
+    (``persistent_workers=False``) and stops with it."""
 
-    def __init__(self, loader: Loader, live: Live) -> None:
-        # The loader owns the thread pool and closes it when collected: an epoch's iterator keeps
+    def __init__(
+        self, loader: Loader, live: Live, copy: Any, pool: Threads | None, *, own_pool: bool
+    ) -> None:
+        # The loader owns a persistent pool and closes it when collected: an epoch's iterator keeps
         # its loader alive (``for batch in ss.Loader(...)`` holds only the iterator).
         self.loader = loader
         self.live = live
         self.closed = False
+        self.pool, self.own_pool = pool, own_pool
+        settings = read_settings()
+        bound = loader.timeout if loader.timeout > 0 else loader.worker_timeout
         self.run = EpochRun(
-            loader.dataset,
+            copy,
             batch_size=loader.batch_size,
-            collate=_collate_for(loader),
+            collate=_collate_for(loader, pool),
             drop_last=loader.drop_last,
             prefetch=loader.prefetch_factor,
-            threads=loader._threads,
+            threads=pool,
+            fills=loader._fills(),
+            bound=float(bound if bound is not None else settings.worker_timeout),
         )
 
     def __iter__(self) -> _Batches:
@@ -388,6 +502,17 @@ class _Batches:
         if not self.closed:
             self.closed = True
             self.run.close()
+            pool = self.pool
+            if pool is None:
+                return
+            if self.run.abandoned:  # a thread is stuck: leave the pool behind, never join it
+                loader = self.loader
+                if loader._threads is pool:  # the next epoch makes a new one
+                    loader._threads = None
+                    loader._owned.remove(pool)
+                pool.close(wait=False)
+            elif self.own_pool:
+                pool.close()
 
     def __del__(self) -> None:
         self.close()
@@ -410,13 +535,13 @@ class _FromBuffers:
         close_iterator(self.batches)
 
 
-def _collate_for(loader: Loader) -> Callable[[Any], Any]:
+def _collate_for(loader: Loader, pool: Threads | None) -> Callable[[Any], Any]:
     """Thread mode's batch maker: the loader's; the default one makes its batches in the
     loader's reused buffers (``buffers.py``), or in pinned memory when asked (and possible)."""
     torch = cuda() if loader.pin_memory else None
     if type(loader.collate_fn) is _Collate:
         memory = PinnedMemory(torch) if torch is not None else loader._buffers
-        return _Collate(memory, loader._threads)
+        return _Collate(memory, pool)
     if torch is None:
         return loader.collate_fn
     return Pinning(loader.collate_fn)

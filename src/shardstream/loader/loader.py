@@ -21,6 +21,7 @@ from ._length import loader_length
 from ._start import StartChoice, choose, prepare
 from ._state import Live, StampingCollate, fingerprint, loader_state, restore_plan, tracked
 from ._telemetry import attach_telemetry, loader_stats
+from .lightning import join_running_trainer
 
 require_torch("shardstream.WebLoader (a torch DataLoader)")
 
@@ -28,10 +29,7 @@ from torch.utils.data import DataLoader  # noqa: E402 - after the install hint a
 
 from ._watchdog import WatchedIter, arm  # noqa: E402 - needs torch
 
-__all__ = ["ENGINES", "WebLoader"]
-
-#: ``WebLoader(engine=)``: torch's DataLoader machinery, or ``ss.Loader``'s (``webengine.py``).
-ENGINES = ("torch", "threads", "shm")
+__all__ = ["WebLoader"]
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +63,12 @@ class WebLoader(DataLoader, FluidInterface):  # type: ignore[type-arg]
 
     * WebDataset's fluent methods: ``with_length``/``with_epoch``/``repeat`` change this loader,
       ``.unbatched().shuffle(1000).batched(64)`` return a new loader over this one's batches;
-    * each ``iter()`` advances the dataset's epoch in this process before workers start, so
-      shard and sample shuffles change every epoch even with non-persistent workers;
+    * each ``iter()`` runs the loader's next epoch, counted by the loader (``set_epoch(n)`` on
+      the loader, or on the dataset as for a DataLoader, sets it) and handed to the workers with
+      their copies of the dataset, so shard and sample shuffles change every epoch even with
+      non-persistent workers; the dataset's own epoch is left alone, so other loaders over it
+      count theirs apart (without workers the loader iterates the dataset itself, in this
+      process, as a DataLoader does);
     * ``close()`` (or leaving a ``with`` block) shuts the worker processes down at once;
     * ``state_dict()`` / ``load_state_dict()`` (torchdata's ``StatefulDataLoader`` names and
       semantics, so Lightning checkpoints it): the position after the last batch yielded to the
@@ -84,22 +86,21 @@ class WebLoader(DataLoader, FluidInterface):  # type: ignore[type-arg]
       :class:`~shardstream.errors.WorkerStuckError` naming it, its PID and its Python stack;
     * ``telemetry=True`` (or ``SHARDSTREAM_TELEMETRY=1``): time per stage and worker, and how
       long the loop waits for data, in :meth:`stats` and a periodic log line;
-    * ``engine="threads"`` runs on ``ss.Loader``'s threads in this process (``num_workers``
-      becomes the number of threads), ``engine="shm"`` on its worker processes with reused
-      shared-memory batches; default ``"torch"``: the DataLoader's own (see ``webengine.py``).
+    * under a Lightning Trainer, its first ``iter()`` adds shardstream's callback to that
+      Trainer (``loader/lightning.py``).
+
+    For shardstream's own engine (threads in this process, or workers that hand batches through
+    reused shared memory), use :class:`~shardstream.Loader`.
     """
 
-    def __new__(cls, dataset: Any = None, *args: Any, engine: str = "torch", **kw: Any) -> WebLoader:
-        if engine not in ENGINES:
-            raise ValueError(f"engine={engine!r}: choose one of {', '.join(map(repr, ENGINES))}")
-        if engine != "torch" and cls is WebLoader:
-            from .webengine import EngineWebLoader
-
-            return super().__new__(EngineWebLoader)
-        return super().__new__(cls)
-
     def __init__(self, dataset: Any, *args: Any, worker_timeout: float | None = None, **kw: Any) -> None:
-        kw.pop("engine", None)  # chosen in __new__
+        if "engine" in kw:
+            raise TypeError(
+                f"WebLoader(engine={kw['engine']!r}): the engine argument was removed; WebLoader is "
+                "torch's DataLoader. For shardstream's engine write ss.Loader(dataset, batch_size=..., "
+                "num_threads=N) (N threads in this process) or ss.Loader(dataset, batch_size=..., "
+                "num_workers=N) (N worker processes, batches in reused shared memory)"
+            )
         self._worker_init = kw["worker_init_fn"] = _WorkerInit(kw.get("worker_init_fn"))
         telemetry = kw.pop("telemetry", None)
         self._given_context = kw.get("multiprocessing_context")
@@ -126,18 +127,29 @@ class WebLoader(DataLoader, FluidInterface):  # type: ignore[type-arg]
         self._running: weakref.ref[Any] | None = None  # the epoch's batch iterator, while it is held
         self._iterators: weakref.WeakSet[Any] = weakref.WeakSet()
         self._epoch = -1  # only for datasets that are not shardstream pipelines (see __iter__)
+        self._epoch_set: int | None = None  # set_epoch(n): the next iter()'s epoch
+        self._last_epoch: int | None = None  # the epoch of the last iter() (this loader's count)
         # The allocator is tuned in our worker processes only (worker_init_fn), never in the
         # user's main process: mallopt settings are process-global and inherited by later forks.
 
     def set_epoch(self, epoch: int) -> None:
         """Use ``epoch`` for the next ``iter()``."""
-        dataset: Any = self.dataset
         if self._stateful:
-            dataset.set_epoch(epoch)  # the pipeline owns the epoch
+            self._epoch_set = epoch
         else:
             self._epoch = epoch - 1
 
+    def _take_epoch(self) -> int:
+        """This loader's next epoch: one given to :meth:`set_epoch`, else the dataset's rule
+        (``LoaderDataset.loader_epoch``: one set on it, or the one after this loader's last)."""
+        if self._epoch_set is not None:
+            epoch, self._epoch_set = self._epoch_set, None
+            return epoch
+        dataset: Any = self.dataset
+        return int(dataset.loader_epoch(self._last_epoch))
+
     def __iter__(self) -> Any:
+        join_running_trainer()
         dataset: Any = self.dataset
         workers = max(self.num_workers, 1)
         roles = list(range(workers))
@@ -155,14 +167,24 @@ class WebLoader(DataLoader, FluidInterface):  # type: ignore[type-arg]
                 # Workers get the restore with their dataset copy: persistent ones started before
                 # (an earlier epoch, or an iter() dropped unstarted) would continue without it.
                 self._stop_persistent_workers()
-            dataset.set_epoch(epoch)
-            dataset.begin_epoch()
+            self._epoch_set = None
         elif self._stateful:
-            epoch = dataset.begin_epoch()  # our pipelines own their epoch; fix it before workers start
+            epoch = self._take_epoch()
+            if self.num_workers == 0:
+                dataset.begin_epoch(epoch)  # this process iterates the dataset itself
+            else:
+                # The epoch travels with the workers' copies (started afresh); this process's
+                # dataset keeps its own count. Persistent workers count on by themselves: after
+                # a jump (set_epoch) they start again, so that new ones take this epoch.
+                dataset.restore_workers(epoch, seen, roles)
+                if self._last_epoch is None or epoch != self._last_epoch + 1:
+                    self._stop_persistent_workers()
         elif isinstance(dataset, _EpochSetting):
             # A foreign dataset with set_epoch (as for DistributedSampler): drive it by count.
             self._epoch += 1
             dataset.set_epoch(self._epoch)
+        if self._stateful:
+            self._last_epoch = epoch
         it = super().__iter__()  # workers receive their copies of the dataset here
         if self._stateful:
             dataset.workers_started()

@@ -32,21 +32,26 @@ class EpochOwner:
         self._next_epoch = epoch
         self._epoch_from_user = True
 
-    def begin_epoch(self) -> int:
-        """Fix the next epoch's number before DataLoader workers receive their copies.
+    def loader_epoch(self, last: int | None) -> int:
+        """The epoch a loader runs next when the last one it ran was ``last`` (``None``: it has
+        run none yet): one given to this pipeline with :meth:`set_epoch` since (taken: the
+        loader's later epochs continue from it), else ``last + 1``, else :meth:`next_epoch`.
 
-        A loader calls this in the main process before each ``iter()``: the copies pickled into
-        (non-persistent) workers and this process then agree on the epoch, and the next call
-        advances it even though this process never iterated. Returns the epoch number.
+        Each loader counts its own epochs (it runs a private copy of this pipeline, or hands
+        copies to its workers), so loaders over one pipeline, one after another or at once, do
+        not move each other's epochs, nor this pipeline's own.
         """
         if self._next_epoch is not None and self._epoch_from_user:
-            epoch = self._next_epoch
-        else:
-            epoch = max(self.epoch, self._begun) + 1
+            self._epoch_from_user = False
+            return self._next_epoch
+        return last + 1 if last is not None else self.next_epoch()
+
+    def begin_epoch(self, epoch: int) -> None:
+        """Make the next ``iter()`` of this very pipeline run ``epoch`` (a loader that iterates
+        it in this process, as ``WebLoader(num_workers=0)`` does; see :meth:`loader_epoch`)."""
         self._epoch_from_user = False
         self._begun = epoch
         self._next_epoch = epoch
-        return epoch
 
     def next_epoch(self) -> int:
         """The epoch the next ``iter()`` would run when nothing else sets it."""

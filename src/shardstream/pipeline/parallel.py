@@ -158,7 +158,15 @@ class Threads:
         else:
             future.set_result(result)
 
-    def close(self) -> None:
+    @property
+    def members(self) -> tuple[threading.Thread, ...]:
+        """The pool's threads (a stuck loader reports their stacks)."""
+        return tuple(self._threads)
+
+    def close(self, wait: bool = True) -> None:
+        """Stop every thread once its current work ends; work not started is cancelled.
+        ``wait``: join them (``False`` for a pool whose work may never end: a stuck stage;
+        the threads are daemons)."""
         with self._lock:
             if self._closed:
                 return
@@ -172,6 +180,8 @@ class Threads:
                     work[0].cancel()
             for _ in self._threads:
                 self._queue.put((self._STOP, next(self._order), None))
+        if not wait:
+            return
         for thread in self._threads:
             if thread is not threading.current_thread():
                 thread.join()

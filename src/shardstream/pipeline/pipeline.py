@@ -23,7 +23,7 @@ from .iterable import IterableDatasetBase, in_worker
 from .labels import skip_counters
 from .parallel import Threads
 
-__all__ = ["STATE_VERSION", "DataPipeline", "check_position", "close_iterator"]
+__all__ = ["STATE_VERSION", "DataPipeline", "RunOptions", "check_position", "close_iterator", "run_in_worker"]
 
 #: Version of the pipeline state format (``state_dict()["version"]``).
 STATE_VERSION = 1
@@ -64,6 +64,30 @@ def close_iterator(it: object) -> None:
     close = getattr(it, "close", None)
     if close is not None:
         close()
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOptions:
+    """How one run of a pipeline goes (:meth:`DataPipeline.run`): the pool that runs its
+    per-sample stages, and whether a loader's default collation takes its items."""
+
+    threads: Threads | None = None
+    fills: bool = False
+
+
+_PLAIN = RunOptions()
+#: In a worker process of ``ss.Loader``: how the worker runs its copy of the loader's pipeline
+#: (:func:`run_in_worker`). Empty in every other process.
+_worker_runs: weakref.WeakKeyDictionary[DataPipeline, RunOptions] = weakref.WeakKeyDictionary()
+
+
+def run_in_worker(dataset: DataPipeline, threads: Threads | None, *, fills: bool) -> None:
+    """In a DataLoader worker process that shardstream set up (``ss.Loader(num_workers=M)``): make
+    the worker's iterations of ``dataset``, its own copy of the loader's pipeline, runs of
+    ``dataset.run(threads, fills=fills)``. torch's worker calls ``iter(dataset)`` itself, so the
+    options wait in this process's table, keyed by that copy (weakly): no other pipeline, and
+    nothing in the loader's own process, sees them."""
+    _worker_runs[dataset] = RunOptions(threads, fills)
 
 
 class _PutBack(Node):
@@ -141,8 +165,6 @@ class DataPipeline(EpochOwner, IterableDatasetBase):  # type: ignore[type-arg]
         self._worker_restore: dict[str, Any] | None = None
         self._role: tuple[int, int] | None = None  # (epoch, worker index it stands in for)
         self._running: weakref.WeakSet[Iterator[Any]] = weakref.WeakSet()
-        self._threads: Threads | None = None  # per-sample stages on these threads (a loader's)
-        self._fills = False  # the loader's default collation takes the items (fill_batches)
         self._if_changed = "raise"  # see if_shards_changed()
         for arg in args:
             if arg is None:
@@ -174,6 +196,16 @@ class DataPipeline(EpochOwner, IterableDatasetBase):  # type: ignore[type-arg]
     def stage(self, i: int) -> Any:
         return self.pipeline[i]
 
+    def run_copy(self) -> DataPipeline:
+        """A private copy of this pipeline for one loader to run, as a DataLoader worker runs a
+        pickled copy: the same stages (shared: their skip counters add up), settings and epoch
+        counters; no running pass, position, pending restore or workers' hand-over of its own.
+        Its telemetry counts apart (a recorder of its own when this pipeline has one)."""
+        result = self.compose()
+        result._worker_restore = None
+        result._role = None
+        return result
+
     def build(self, upstream: Node | None, ctx: RunContext, state: StateDict | None = None) -> Node:
         """Build this pipeline's nodes as one node (a pipeline nested inside another)."""
         states = (state or {}).get("nodes")
@@ -185,16 +217,18 @@ class DataPipeline(EpochOwner, IterableDatasetBase):  # type: ignore[type-arg]
         return build_nodes(self.pipeline, upstream, ctx, states)
 
     # -- running (epoch numbering and run contexts: _epochs.EpochOwner) ---------------------------
-    def _pass(self, epoch: int, states: list[StateDict] | None, replay: int = 0) -> Iterator[Any]:
+    def _pass(
+        self, epoch: int, states: list[StateDict] | None, replay: int, how: RunOptions
+    ) -> Iterator[Any]:
         """One pass over the source with ``epoch``'s context; closes every node when it ends."""
         live = self._live = Pass(epoch)
         ctx = self.context(epoch)
         recorder = self._telemetry = resolve(self._telemetry)
         if recorder:
             ctx = dataclasses.replace(ctx, telemetry=recorder.begin_pass())
-        if self._threads is not None:
-            ctx = dataclasses.replace(ctx, threads=self._threads)
-        if self._fills:
+        if how.threads is not None:
+            ctx = dataclasses.replace(ctx, threads=how.threads)
+        if how.fills:
             ctx = dataclasses.replace(ctx, fills=True)
         nodes = live.nodes = self._build_nodes(None, ctx, states)
         if states is not None and self._if_changed == "restart":
@@ -252,7 +286,7 @@ class DataPipeline(EpochOwner, IterableDatasetBase):  # type: ignore[type-arg]
         self._next_epoch = None
         return self.epoch, state.get("nodes"), int(state.get("replay", 0))
 
-    def iterator1(self) -> Iterator[Any]:
+    def iterator1(self, how: RunOptions | None = None) -> Iterator[Any]:
         """One pass over the source, from a restored state if one was loaded."""
         if self._restore is not None and self._restore.get("finished"):
             # restored in place of a worker that had finished the epoch (seams.worker_restore)
@@ -262,9 +296,30 @@ class DataPipeline(EpochOwner, IterableDatasetBase):  # type: ignore[type-arg]
             return _nothing()
         epoch, states, replay = self._start()
         self._live = Pass(epoch)  # started: a state taken now names this epoch's beginning
-        return self._pass(epoch, states, replay)
+        return self._pass(epoch, states, replay, how or _PLAIN)
 
     def __iter__(self) -> Iterator[Any]:
+        how = _worker_runs.get(self) if _worker_runs else None
+        return self.run(how.threads, fills=how.fills) if how is not None else self.run()
+
+    def run(self, threads: Threads | None = None, *, fills: bool = False) -> Iterator[Any]:
+        """One ``iter()`` of this pipeline, run the way a loader asks (``ss.Loader``'s thread mode
+        and its worker processes call this; ``iter(pipeline)`` is ``run()``).
+
+        Args:
+            threads: run the per-sample stages (decode, map, to_tuple) on this pool, in order:
+                the items are the same. Default ``None``: in the iterating thread.
+            fills: the items go to the loader's default collation, so a decode stage followed
+                only by stages that move values (to_tuple, rename, shuffle) may leave JPEGs to
+                be decoded straight into the batch (``decoders/deferred.py``). Default ``False``:
+                iterating the pipeline yourself never defers.
+
+        Both belong to this run only: nothing is kept on the pipeline, so any number of loaders
+        (and plain loops) can run it, one after another or at once. With ``with_epoch(n)``, the
+        stream that continues across ``iter()`` calls keeps the options of the run that started
+        it.
+        """
+        how = RunOptions(threads, fills) if threads is not None or fills else _PLAIN
         inner: Iterator[Any]
         if self._worker_restore is not None:
             self._take_worker_restore()
@@ -274,13 +329,13 @@ class DataPipeline(EpochOwner, IterableDatasetBase):  # type: ignore[type-arg]
             restoring = self._restore is not None
             taken = int(self._restore.get("taken", 0)) if self._restore is not None else 0
             if self._continuing is None or restoring:
-                self._continuing = self._repeat_passes(sys.maxsize)
+                self._continuing = self._repeat_passes(how, sys.maxsize)
             if not restoring:
                 taken = 0
             window = self._window(self._continuing, self.nsamples - taken, taken)
             self._running.add(window)
             return window
-        inner = self.iterator1() if self.repetitions == 1 else self._repeat_passes()
+        inner = self.iterator1(how) if self.repetitions == 1 else self._repeat_passes(how)
         if self.nsamples > 0:
             inner = self._take(inner, self.nsamples, close_stream=True)
         self._running.add(inner)
@@ -302,7 +357,7 @@ class DataPipeline(EpochOwner, IterableDatasetBase):  # type: ignore[type-arg]
             if close_stream:
                 close_iterator(stream)
 
-    def _repeat_passes(self, passes: int | None = None) -> Iterator[Any]:
+    def _repeat_passes(self, how: RunOptions, passes: int | None = None) -> Iterator[Any]:
         """``passes`` passes over the source (default ``self.repetitions``); stops at an empty one."""
         total = self.repetitions if passes is None else passes
         restore = self._restore
@@ -311,24 +366,11 @@ class DataPipeline(EpochOwner, IterableDatasetBase):  # type: ignore[type-arg]
             self._pass_index = j
             resumed = self._restore is not None and ("nodes" in self._restore or "replay" in self._restore)
             count = 0
-            for sample in self.iterator1():
+            for sample in self.iterator1(how):
                 count += 1
                 yield sample
             if count == 0 and not resumed:
                 return  # an empty pass: do not spin forever
-
-    def use_threads(self, threads: Threads | None) -> None:
-        """Run the per-sample stages of the passes started from now on ``threads`` (in order;
-        ``None``: in the iterating thread). Set by ``ss.Loader``; the output is the same."""
-        self._threads = threads
-
-    def fill_batches(self, fills: bool) -> None:
-        """Whether the items of the passes started from now on go to the loader's default
-        collation (set by ``ss.Loader``): a decode stage with only value-moving stages after it
-        (to_tuple, rename, shuffle) then leaves JPEGs to be decoded straight into the batch
-        (``decoders/deferred.py``). The batches are the same; iterating the pipeline yourself
-        never defers."""
-        self._fills = fills
 
     # -- state ----------------------------------------------------------------------------------
     def state_dict(self) -> StateDict:
@@ -519,7 +561,6 @@ class DataPipeline(EpochOwner, IterableDatasetBase):  # type: ignore[type-arg]
         state["_running"] = None
         state["_continuing"] = None
         state["_live"] = None
-        state["_threads"] = None  # a pool belongs to the process that made it
         if self.world is None:
             live = World.current()
             if not in_worker():  # pickled in the main process: record its rank for workers

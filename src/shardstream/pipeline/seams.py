@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
@@ -36,11 +36,12 @@ class LoaderDataset(Stateful, Protocol):
     """What a loader (``WebLoader``) drives in a dataset that saves its position: every
     shardstream pipeline (``DataPipeline`` and the datasets built on it) provides it.
 
-    Epochs: the loader fixes the next epoch in the main process before workers start
-    (:meth:`begin_epoch`), so copies pickled into workers agree on it. Positions: each batch a
-    worker collates carries :meth:`position`; a restored loader hands every worker its saved
-    state with :meth:`restore_workers` before they start, and calls :meth:`workers_started`
-    once they have their copies.
+    Runs: a loader never changes the dataset it is given beyond taking an epoch set with
+    ``set_epoch`` (:meth:`loader_epoch`): each loader counts its own epochs, runs a private copy
+    (:meth:`run_copy`, iterated with :meth:`run`, which takes the loader's thread pool and fill
+    flag for that run only), or hands each worker process its copy with the epoch and its saved
+    state (:meth:`restore_workers`, then :meth:`workers_started` once they have their copies).
+    Positions: each batch carries the :meth:`position` of the copy that made it.
 
     Lengths: :meth:`slot_length` gives the items one ``(rank, worker)`` slot yields per epoch,
     so a loader counts its batches worker by worker (each worker batches its own items, with a
@@ -51,9 +52,15 @@ class LoaderDataset(Stateful, Protocol):
 
     def set_epoch(self, epoch: int) -> None: ...
 
-    def begin_epoch(self) -> int: ...
+    def loader_epoch(self, last: int | None) -> int: ...
+
+    def begin_epoch(self, epoch: int) -> None: ...
 
     def next_epoch(self) -> int: ...
+
+    def run(self, threads: Threads | None = None, *, fills: bool = False) -> Iterator[Any]: ...
+
+    def run_copy(self) -> LoaderDataset: ...
 
     def context(self, epoch: int) -> RunContext: ...
 
@@ -70,10 +77,6 @@ class LoaderDataset(Stateful, Protocol):
     def with_telemetry(self, enabled: bool = True, *, log_interval: float | None = None) -> Any: ...
 
     def telemetry_on(self) -> bool: ...
-
-    def use_threads(self, threads: Threads | None) -> None: ...
-
-    def fill_batches(self, fills: bool) -> None: ...
 
     def slot_length(self, world: World) -> int | None:
         """Items the slot ``(world.rank, world.worker)`` of ``world`` yields in one epoch (its
