@@ -200,15 +200,20 @@ def test_the_cli_page_documents_every_command() -> None:
 
 # ------------------------------------------------------------------ the API reference
 def _directives() -> dict[str, object]:
-    """``::: dotted.path`` of every reference page -> the object it names."""
+    """``::: dotted.path`` of every reference page -> the object it names; a module rendered with
+    its members (no ``members: false`` option) documents the names of its ``__all__`` as well."""
     found: dict[str, object] = {}
     for page in sorted((DOCS / "reference").glob("*.md")):
-        for path in re.findall(r"^::: ([\w.]+)", page.read_text(), flags=re.M):
+        for path, options in re.findall(r"^::: ([\w.]+)\n((?:[ ]{4}.*\n)*)", page.read_text(), flags=re.M):
             module, _, name = path.rpartition(".")
-            try:
-                found[path] = getattr(importlib.import_module(module), name)
-            except (ImportError, AttributeError):
-                found[path] = importlib.import_module(path)
+            value = getattr(importlib.import_module(module), name, None) if module else None
+            if value is not None and not isinstance(value, types.ModuleType):
+                found[path] = value
+                continue
+            found[path] = value = importlib.import_module(path)  # a module
+            if "members: false" not in options:
+                for member in getattr(value, "__all__", []):
+                    found[f"{path}.{member}"] = getattr(value, member)
     return found
 
 
