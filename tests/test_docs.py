@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import builtins
 import importlib
+import importlib.util
 import os
 import re
 import subprocess
@@ -235,3 +236,18 @@ def test_the_reference_documents_every_public_name() -> None:
         elif id(value) not in objects and name not in names:
             missing.append(name)
     assert not missing, f"names of shardstream.__all__ that no reference page documents: {missing}"
+
+
+def test_the_hook_renders_sphinx_roles_as_code() -> None:
+    spec = importlib.util.spec_from_file_location("docs_hooks", DOCS / "hooks.py")
+    assert spec is not None and spec.loader is not None
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
+    html = (
+        "<p>a :class:<code>SplitPolicy</code>, :meth:<code>~shardstream.cache.ShardCache.close</code></p>"
+        "<pre><code>:class:<code>kept</code></code></pre>"
+    )
+    assert hooks.on_page_content(html) == (
+        "<p>a <code>SplitPolicy</code>, <code>close</code></p>"
+        "<pre><code>:class:<code>kept</code></code></pre>"
+    )
