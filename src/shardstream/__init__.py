@@ -1,12 +1,13 @@
 """shardstream: fast, robust shard streaming for PyTorch, with WebDataset's API on top.
 
-The native API (typed, documented in the README)::
+The native API (typed; the guide and the API reference are in ``docs/``)::
 
     import shardstream as ss
     ds = ss.Dataset(urls, split=ss.SplitPolicy("equal", batch_size=64), cache=ss.CachePolicy("/cache"))
 
 ``import shardstream as wds`` works for code written against WebDataset 1.0.2: its names are
-thin re-exports from :mod:`shardstream.compat` (see the README for deliberate differences).
+thin re-exports from :mod:`shardstream.compat` (``docs/migrating-from-webdataset.md`` lists the
+deliberate differences).
 
 Names are imported on first access (PEP 562), so ``import shardstream`` and the inspection
 commands of the CLI stay fast and never import torch; what needs torch (``WebLoader``, the
@@ -214,7 +215,7 @@ _COMPAT_MODULES = frozenset(
 )  # fmt: skip
 
 # __all__ is grouped, native API first, each group sorted (``tests/unit/test_exports.py``).
-# The front doors, the loader, sources, cache, writers, planning and decoders (see the README).
+# The front doors, the loader, sources, cache, writers, planning and decoders (docs/reference/).
 __all__ = [
     "AudioWindows",
     "CachePolicy",
@@ -291,7 +292,8 @@ __all__ += [
     "WorkerStuckError",
 ]
 # WebDataset 1.0.2's top-level names and submodules, for ``import shardstream as wds``: thin
-# re-exports from ``compat/`` and the stage modules (the README lists deliberate differences).
+# re-exports from ``compat/`` and the stage modules (docs/migrating-from-webdataset.md lists the
+# deliberate differences).
 __all__ += [
     "Cached",
     "Continue",

@@ -1,7 +1,7 @@
 """WebDataset 1.0.2's end-of-shard marker: its ``tar_file_expander`` yields ``{}`` after each
 shard's members; shardstream's yields none unless asked (``eof_value={}``), as WebDataset 0.2.86
-did not. Both group the members into the same samples, and the README's table of deliberate
-differences says so."""
+did not. Both group the members into the same samples, and the table of deliberate differences
+(docs/migrating-from-webdataset.md) says so."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from _wds_both import wds_items
 import shardstream as ss
 from shardstream.compat import tariterators
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+DIFFERENCES = Path(__file__).resolve().parents[2] / "docs" / "migrating-from-webdataset.md"
 
 
 def two_shards(tmp_path: Path) -> list[str]:
@@ -34,8 +34,8 @@ def members(module: Any, urls: list[str], **kw: Any) -> list[Any]:
     return wds_items(items) if module.__name__.startswith("webdataset") else list(items)
 
 
-def test_the_readme_row_on_the_end_of_shard_marker_is_true(wds: ModuleType, tmp_path: Path) -> None:
-    rows = [line for line in README.read_text().splitlines() if line.startswith("| end of a shard")]
+def test_the_row_on_the_end_of_shard_marker_is_true(wds: ModuleType, tmp_path: Path) -> None:
+    rows = [line for line in DIFFERENCES.read_text().splitlines() if line.startswith("| end of a shard")]
     assert len(rows) == 1 and "`{}`" in rows[0] and "eof_value={}" in rows[0] and "0.2.86" in rows[0]
 
     # WebDataset marks each shard's end; we do only when asked, with the same marker.

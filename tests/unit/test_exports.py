@@ -8,7 +8,8 @@ import pytest
 
 import shardstream
 
-# WebDataset 1.0.2 top-level names deliberately not provided (out of scope; see README).
+# WebDataset 1.0.2 top-level names deliberately not provided (out of scope; see
+# docs/migrating-from-webdataset.md).
 NOT_PROVIDED = {"LMDBCached", "MultiShardSample"}
 
 

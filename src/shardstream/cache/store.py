@@ -61,35 +61,30 @@ class ShardCache:
     :class:`~.source.CachedSource` to use it as a Source. It pickles cheaply when its source
     does (DataLoader workers get a copy; each process keeps its own :attr:`stats`).
 
+    Arguments by concern: size (``cache_size``); naming and sources (``url_to_name`` to
+    ``allow_pipe``); concurrency (``lock_timeout`` to ``host``); verification (``verify_etag``).
+
     Args:
         cache_dir: the cache directory; created if missing. Several jobs may share it (NFS too).
-
-        Size:
-            cache_size: limit in bytes; ``None`` or a negative value means unlimited (default).
-                Least recently used idle entries are evicted to stay under it.
-
-        Naming and sources:
-            url_to_name: maps a URL to a relative cache name (default :func:`.naming.cache_name`,
-                which keeps scheme, host/bucket and path). Returning a URL is allowed.
-            source: the Source that URLs are opened through (default: a
-                :class:`~shardstream.sources.SchemeRouter` over ``storage_options`` and
-                ``allow_pipe``). Give either ``source`` or those two, not both.
-            storage_options: options for the sources (endpoint, credentials, ...).
-            allow_pipe: allow ``pipe:`` URLs (they run shell commands).
-
-        Concurrency:
-            lock_timeout: seconds to wait for another process's download (default
-                ``SHARDSTREAM_LOCK_TIMEOUT``, else 600).
-            stale_after: seconds without heartbeat after which a lock or lease held on *another
-                host* is dead (default 60; same-host holders are checked by PID at once).
-            heartbeat: seconds between heartbeats of held locks and leases (default 5).
-            host: this host's name in owner records (default ``socket.gethostname()``); set it
-                when containers on different machines share a host name.
-
-        Verification:
-            verify_etag: also check the MD5 of a download against the source's ETag when the
-                ETag is a plain MD5 (S3 single-part uploads without SSE-KMS). Default False: it
-                costs CPU, and ETags of encrypted or multipart objects are not MD5s.
+        cache_size: limit in bytes; ``None`` or a negative value means unlimited (default).
+            Least recently used idle entries are evicted to stay under it.
+        url_to_name: maps a URL to a relative cache name (default :func:`.naming.cache_name`,
+            which keeps scheme, host/bucket and path). Returning a URL is allowed.
+        source: the Source that URLs are opened through (default: a
+            :class:`~shardstream.sources.SchemeRouter` over ``storage_options`` and
+            ``allow_pipe``). Give either ``source`` or those two, not both.
+        storage_options: options for the sources (endpoint, credentials, ...).
+        allow_pipe: allow ``pipe:`` URLs (they run shell commands).
+        lock_timeout: seconds to wait for another process's download (default
+            ``SHARDSTREAM_LOCK_TIMEOUT``, else 600).
+        stale_after: seconds without heartbeat after which a lock or lease held on *another
+            host* is dead (default 60; same-host holders are checked by PID at once).
+        heartbeat: seconds between heartbeats of held locks and leases (default 5).
+        host: this host's name in owner records (default ``socket.gethostname()``); set it
+            when containers on different machines share a host name.
+        verify_etag: also check the MD5 of a download against the source's ETag when the
+            ETag is a plain MD5 (S3 single-part uploads without SSE-KMS). Default False: it
+            costs CPU, and ETags of encrypted or multipart objects are not MD5s.
     """
 
     def __init__(

@@ -35,37 +35,45 @@ Splitter = Callable[..., Iterator[Any]]
 class WebDataset(Dataset):
     """Stream samples from WebDataset shards, with WebDataset 1.0.2's constructor.
 
-    The arguments are translated onto :class:`shardstream.Dataset` (see the README for where the
-    behaviour deliberately differs). None is silently ignored: one that has no effect in the
+    The arguments are translated onto :class:`shardstream.Dataset` (``docs/migrating-from-webdataset.md``
+    lists where the behaviour deliberately differs). None is silently ignored: one that has no effect in the
     given configuration (``url_to_name=`` or ``cache_size=`` without a cache directory,
     ``detshuffle=True`` without ``shardshuffle``) is accepted, as WebDataset accepts it, with a
     warning naming it (logged once per process and argument).
 
+    ``pipe:`` URLs are refused here, when the dataset is built, unless ``allow_pipe=True`` or
+    ``SHARDSTREAM_ALLOW_PIPE=1`` (for trusted legacy code); ``${NAME}`` in ``urls`` is replaced by
+    the environment variable ``WDS_NAME``, as in WebDataset.
+
+    shardstream's additions are keyword-only: ``storage_options``, ``allow_pipe``, ``source``,
+    ``split``, ``batch_size``, ``epoch_size``, ``granularity``, ``index``, ``count_cache``,
+    ``world``, ``read_ahead``; see :class:`shardstream.Dataset` and
+    :class:`shardstream.SplitPolicy`.
+
     Args:
         urls: a spec (``"data-{000000..000099}.tar"``, ``::``-joined specs) or a list of URLs.
         handler: policy for shard-level errors (default: raise).
-        mode / resampled: ``"resampled"`` / True draws shards with replacement, endlessly.
+        mode: ``"resampled"`` draws shards with replacement, endlessly (as ``resampled=True``).
+        resampled: True draws shards with replacement, endlessly.
         repeat: iterate the shard list endlessly.
         shardshuffle: True or a number shuffles the shard order every epoch (a full
             permutation, the same on every rank, before splitting). None/False/0: no shuffle.
-        cache_size / cache_dir: local shard cache (explicit arguments win over the environment).
+        cache_size: the local shard cache's size limit (explicit arguments win over the
+            environment).
+        cache_dir: the local shard cache's directory (explicit arguments win over the
+            environment).
         url_to_name: cache entry name for a URL.
         detshuffle: WebDataset's shard shuffle: a buffer of ``shardshuffle`` shards after
             splitting, seeded per epoch (default False: the full permutation above).
-        nodesplitter / workersplitter: how ranks / DataLoader workers share shards (defaults
-            ``single_node_only`` and ``split_by_worker``, as WebDataset).
-        select_files / rename_files: member-name hooks.
+        nodesplitter: how ranks share shards (default ``single_node_only``, as WebDataset).
+        workersplitter: how DataLoader workers share shards (default ``split_by_worker``, as
+            WebDataset).
+        select_files: member-name hook: keep a member when it returns True.
+        rename_files: member-name hook: maps a member's name before it is split into key and
+            extension.
         empty_check: raise a clear error when an epoch yields no sample (default True).
         verbose: log every shard as it is opened (INFO, logger ``shardstream.readers.read_shards``).
         seed: base seed for shard and sample shuffles (default from SHARDSTREAM_SEED, else 0).
-
-        ``pipe:`` URLs are refused here, when the dataset is built, unless ``allow_pipe=True`` or
-        ``SHARDSTREAM_ALLOW_PIPE=1`` (for trusted legacy code); ``${NAME}`` in ``urls`` is
-        replaced by the environment variable ``WDS_NAME``, as in WebDataset.
-
-        shardstream additions (keyword-only): storage_options, allow_pipe, source, split,
-        batch_size, epoch_size, granularity, index, count_cache, world, read_ahead; see
-        :class:`shardstream.Dataset` and :class:`shardstream.SplitPolicy`.
     """
 
     def __init__(

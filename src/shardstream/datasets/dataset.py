@@ -69,39 +69,34 @@ def make_source(
 class Dataset(DataPipeline, FluidInterface):
     """Samples from shards, with shard order, splitting, reading and caching chosen by value objects.
 
+    Arguments by concern: order and splitting (``split`` to ``world``); reading (``format`` to
+    ``read_ahead``); telemetry (``telemetry``); sources (``cache`` to ``source``).
+
     Args:
         urls: a shard spec (``"data-{000000..000099}.tar"``, ``::``-joined specs) or a list of URLs.
-
-        Order and splitting:
-            split: a :class:`SplitPolicy` or its mode name (default ``"shards"``: every rank and
-                worker reads every n-th shard). ``"equal"`` gives every rank the same number of
-                batches; ``"exact"`` reads every sample once (evaluation); ``"resampled"`` draws
-                shards with replacement.
-            shuffle_shards: permute the shard list every epoch, identically on every rank
-                (default True).
-            seed: base seed of every shuffle in this dataset (default: ``SHARDSTREAM_SEED`` or 0).
-            world: an explicit ``World(rank=..., world_size=...)`` instead of detection; it
-                reaches every stage (planner, splitters, shuffles).
-
-        Reading:
-            format: the shard format (default: WebDataset tar).
-            handler: error policy for shard errors (default: raise).
-            empty_check: raise a clear error when an epoch yields no sample (default True).
-            log_shards: log every shard as it is opened (INFO, ``shardstream.readers.read_shards``).
-            read_ahead: open the next object-store or ``http(s)://`` shard while this one is read
-                (default True; not through the cache). See :class:`ReadShards`.
-
-        Telemetry:
-            telemetry: measure time per stage, throughput and whether the consumer waits for
-                data (see :meth:`stats`); default ``SHARDSTREAM_TELEMETRY`` (off).
-
-        Sources:
-            cache: a :class:`CachePolicy`; default from ``SHARDSTREAM_CACHE_DIR``/``_SIZE``,
-                ``None`` for no cache.
-            storage_options: options for the sources (endpoint, credentials, anon, ...).
-            allow_pipe: allow ``pipe:`` URLs (they run shell commands).
-            source: a :class:`~shardstream.sources.Source` to open shards with (replaces the
-                scheme registry; the cache still wraps it).
+        split: a :class:`SplitPolicy` or its mode name (default ``"shards"``: every rank and
+            worker reads every n-th shard). ``"equal"`` gives every rank the same number of
+            batches; ``"exact"`` reads every sample once (evaluation); ``"resampled"`` draws
+            shards with replacement.
+        shuffle_shards: permute the shard list every epoch, identically on every rank
+            (default True).
+        seed: base seed of every shuffle in this dataset (default: ``SHARDSTREAM_SEED`` or 0).
+        world: an explicit ``World(rank=..., world_size=...)`` instead of detection; it
+            reaches every stage (planner, splitters, shuffles).
+        format: the shard format (default: WebDataset tar).
+        handler: error policy for shard errors (default: raise).
+        empty_check: raise a clear error when an epoch yields no sample (default True).
+        log_shards: log every shard as it is opened (INFO, ``shardstream.readers.read_shards``).
+        read_ahead: open the next object-store or ``http(s)://`` shard while this one is read
+            (default True; not through the cache). See :class:`ReadShards`.
+        telemetry: measure time per stage, throughput and whether the consumer waits for
+            data (see :meth:`stats`); default ``SHARDSTREAM_TELEMETRY`` (off).
+        cache: a :class:`CachePolicy`; default from ``SHARDSTREAM_CACHE_DIR``/``_SIZE``,
+            ``None`` for no cache.
+        storage_options: options for the sources (endpoint, credentials, anon, ...).
+        allow_pipe: allow ``pipe:`` URLs (they run shell commands).
+        source: a :class:`~shardstream.sources.Source` to open shards with (replaces the
+            scheme registry; the cache still wraps it).
     """
 
     def __init__(

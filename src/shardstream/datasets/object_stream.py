@@ -28,36 +28,33 @@ __all__ = ["ObjectStream"]
 class ObjectStream(DataPipeline, FluidInterface):
     """An iterable dataset over a prefix of single-sample objects, with the fluent stages.
 
+    Arguments by concern: listing (``manifest`` to ``manifest_dir``); order and splitting
+    (``shuffle`` to ``world``); fetching (``window`` to ``storage_options``).
+
     Args:
         url: the prefix: ``s3://bucket/prefix/``, a local directory, or ``http(s)://`` with a
             manifest.
-
-        Listing:
-            manifest: a key list / JSONL / S3 Inventory CSV path or URL, a list of keys, or a
-                :class:`~shardstream.objects.Manifest`; default: list the prefix once.
-            manifest_dir: where listings are saved and reused (default: not saved).
-
-        Order and splitting:
-            shuffle: a new global permutation of the samples every epoch (default True).
-            seed: base seed (default: ``SHARDSTREAM_SEED`` or 0).
-            split: ``None`` (every n-th sample per rank and worker), ``"equal"`` (the same
-                number of batches on every rank) or ``"exact"`` (every sample once, padded);
-                a :class:`SplitPolicy` with one of those modes works too.
-            batch_size: with a split, quotas are whole batches of this size.
-            world: an explicit ``World`` instead of detection.
-
-        Fetching:
-            window: requests in flight per process (per DataLoader worker), default 32.
-            max_bytes: bytes fetched ahead and not consumed, at most (default 256 MiB).
-            ordered: deliver in the permutation's order (default); False delivers as fetched
-                (faster with uneven object sizes; the order and resume are then not exact).
-            gather: the longest pause, in seconds, the S3 fetch loop takes to gather more answers
-                before it wakes the consumer when many requests are in flight (default
-                ``objects.fetch_loop.DEFAULT_GATHER``, 2 ms; 0 turns gathering off). Gathering
-                trades a little latency for fewer wake-ups; ``benchmarks/bench_objects.py``
-                measures it on and off.
-            handler: error policy for a sample that cannot be fetched (default: raise).
-            storage_options: options for the sources (endpoint, credentials, ...).
+        manifest: a key list / JSONL / S3 Inventory CSV path or URL, a list of keys, or a
+            :class:`~shardstream.objects.Manifest`; default: list the prefix once.
+        manifest_dir: where listings are saved and reused (default: not saved).
+        shuffle: a new global permutation of the samples every epoch (default True).
+        seed: base seed (default: ``SHARDSTREAM_SEED`` or 0).
+        split: ``None`` (every n-th sample per rank and worker), ``"equal"`` (the same
+            number of batches on every rank) or ``"exact"`` (every sample once, padded);
+            a :class:`SplitPolicy` with one of those modes works too.
+        batch_size: with a split, quotas are whole batches of this size.
+        world: an explicit ``World`` instead of detection.
+        window: requests in flight per process (per DataLoader worker), default 32.
+        max_bytes: bytes fetched ahead and not consumed, at most (default 256 MiB).
+        ordered: deliver in the permutation's order (default); False delivers as fetched
+            (faster with uneven object sizes; the order and resume are then not exact).
+        gather: the longest pause, in seconds, the S3 fetch loop takes to gather more answers
+            before it wakes the consumer when many requests are in flight (default
+            ``objects.fetch_loop.DEFAULT_GATHER``, 2 ms; 0 turns gathering off). Gathering
+            trades a little latency for fewer wake-ups; ``benchmarks/bench_objects.py``
+            measures it on and off.
+        handler: error policy for a sample that cannot be fetched (default: raise).
+        storage_options: options for the sources (endpoint, credentials, ...).
     """
 
     def __init__(

@@ -54,6 +54,8 @@ Transform = Callable[[dict[str, Any]], Any]
 class ShardDataset(MapDatasetBase):  # type: ignore[type-arg]
     """A map-style dataset over the samples of tar shards on disk, HTTP(S) or S3.
 
+    Arguments by concern: samples (``decode`` to ``handler``); fetching (``window`` to ``source``).
+
     Args:
         urls: a shard spec (``"data-{000000..000099}.tar"``, ``::``-joined specs) or a list of
             URLs; uncompressed tar shards.
@@ -62,23 +64,19 @@ class ShardDataset(MapDatasetBase):  # type: ignore[type-arg]
             not fill it (random access would download whole shards for a few samples; see
             :mod:`._ranges`). Default ``None``: no cache.
         storage_options: options for the sources (endpoint, credentials, ...).
-
-        Samples:
-            decode: decoding applied to every sample: WebDataset-style arguments of ``.decode()``
-                (``"rgb8"``, or a tuple such as ``("pil", handle_extension("cls", int))``) or a
-                callable. Default ``None``: fields stay bytes.
-            transform: applied to every sample after ``decode`` (e.g. ``to_tuple``-like code).
-            handler: error policy for a sample that cannot be fetched (default: raise); when
-                it allows skipping, the next sample number that can be fetched takes its place
-                (the batch keeps its size) and :attr:`skipped` counts it.
-
-        Fetching:
-            window: ranged requests in flight per process (per DataLoader worker). Default 32.
-            coalesce_gap: neighbouring samples of one shard whose ranges are at most this many
-                bytes apart are read with one request (default 0: only ranges that touch).
-            lru_bytes: bytes of recently read samples kept per process (default 64 MiB; 0: none).
-            source: a :class:`~shardstream.sources.Source` to read with instead of the scheme
-                registry.
+        decode: decoding applied to every sample: WebDataset-style arguments of ``.decode()``
+            (``"rgb8"``, or a tuple such as ``("pil", handle_extension("cls", int))``) or a
+            callable. Default ``None``: fields stay bytes.
+        transform: applied to every sample after ``decode`` (e.g. ``to_tuple``-like code).
+        handler: error policy for a sample that cannot be fetched (default: raise); when
+            it allows skipping, the next sample number that can be fetched takes its place
+            (the batch keeps its size) and :attr:`skipped` counts it.
+        window: ranged requests in flight per process (per DataLoader worker). Default 32.
+        coalesce_gap: neighbouring samples of one shard whose ranges are at most this many
+            bytes apart are read with one request (default 0: only ranges that touch).
+        lru_bytes: bytes of recently read samples kept per process (default 64 MiB; 0: none).
+        source: a :class:`~shardstream.sources.Source` to read with instead of the scheme
+            registry.
 
     Raises:
         ConfigurationError: a compressed shard, an empty spec, an unknown storage option.

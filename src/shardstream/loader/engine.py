@@ -156,8 +156,13 @@ class Loader:
         generator: process mode: the torch generator that seeds the workers' torch random state
             (``torch.initial_seed()`` in each), as in a DataLoader. Refused in thread mode: the
             pipeline's shuffles come from ``Dataset(seed=)``.
-        shuffle, sampler, batch_sampler, in_order, pin_memory_device: DataLoader's; only their
-            defaults are taken (``_arguments.py`` says why and what to write instead).
+        shuffle: DataLoader's; only ``None``/``False`` is taken (shuffle in the pipeline:
+            ``.shuffle(n)``; ``_arguments.py`` says why for each of these five).
+        sampler: DataLoader's; only ``None`` is taken (a pipeline orders its own samples).
+        batch_sampler: DataLoader's; only ``None`` is taken (``batch_size=`` batches).
+        in_order: DataLoader's; only ``True`` is taken (batches always come in order).
+        pin_memory_device: DataLoader's (deprecated by torch); only the default is taken
+            (``device=`` puts batches on a device).
 
         telemetry: time per stage (as ``WebLoader(telemetry=)``).
         tune_malloc: in thread mode, raise glibc's mmap and trim thresholds in this process

@@ -46,33 +46,30 @@ log = logging.getLogger(__name__)
 class PlannedSamples(Stage):
     """Samples of this process's share of each epoch, with equal counts on every rank.
 
+    Arguments by concern: mode (``mode`` to ``granularity``); order (``seed`` to ``shuffle``);
+    reading and counts (``format`` to ``read_ahead``).
+
     Args:
         urls: shard spec or list of URLs.
-
-        Mode:
-            mode: ``"equal"`` (training default), ``"exact"`` (evaluation: every sample once,
-                padding marked with ``__pad__``) or ``"resampled"`` (shards drawn with
-                replacement; needs ``epoch_size``).
-            batch_size: quotas are whole batches of this size, so batching downstream (in the
-                pipeline or the DataLoader) gives the same batch count on every rank. Default 1.
-            epoch_size: samples per rank per epoch in resampled mode (rounded down to whole
-                batches). Independent of ``num_workers``.
-            granularity: ``"shard"`` (default) or ``"sample"``; see :mod:`shardstream.shards.plan`.
-
-        Order:
-            seed: base seed of the per-epoch shard permutation (and of resampling); ``None``
-                takes the pipeline's seed.
-            shuffle: permute the shards every epoch. Default True.
-
-        Reading and counts:
-            format: the shard format (default :class:`~shardstream.tar.TarFormat`).
-            source: where shards are opened (default: every scheme, no cache).
-            handler: error policy for shard errors (default: raise).
-            index: sample counts (mapping) or index location; default ``_info.json`` next to the
-                shards, else a counting pass (cached in this process; ``count_cache`` persists it).
-            storage_options: options for opening index files.
-            read_ahead: open the next piece's shard while this piece is read (default True;
-                see :class:`~shardstream.readers.read_shards.ReadShards`).
+        mode: ``"equal"`` (training default), ``"exact"`` (evaluation: every sample once,
+            padding marked with ``__pad__``) or ``"resampled"`` (shards drawn with
+            replacement; needs ``epoch_size``).
+        batch_size: quotas are whole batches of this size, so batching downstream (in the
+            pipeline or the DataLoader) gives the same batch count on every rank. Default 1.
+        epoch_size: samples per rank per epoch in resampled mode (rounded down to whole
+            batches). Independent of ``num_workers``.
+        granularity: ``"shard"`` (default) or ``"sample"``; see :mod:`shardstream.shards.plan`.
+        seed: base seed of the per-epoch shard permutation (and of resampling); ``None``
+            takes the pipeline's seed.
+        shuffle: permute the shards every epoch. Default True.
+        format: the shard format (default :class:`~shardstream.tar.TarFormat`).
+        source: where shards are opened (default: every scheme, no cache).
+        handler: error policy for shard errors (default: raise).
+        index: sample counts (mapping) or index location; default ``_info.json`` next to the
+            shards, else a counting pass (cached in this process; ``count_cache`` persists it).
+        storage_options: options for opening index files.
+        read_ahead: open the next piece's shard while this piece is read (default True;
+            see :class:`~shardstream.readers.read_shards.ReadShards`).
     """
 
     kind = "read"

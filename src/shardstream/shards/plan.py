@@ -204,9 +204,13 @@ def plan_epoch(
     """Plan one epoch (pure: the same inputs give the same plan in every process).
 
     Args:
-        urls / counts: the shards and their sample counts (same length; counts may be an array).
-        world_size / num_workers: ranks, and DataLoader workers per rank (1 for none).
-        epoch / seed / shuffle: the shard order is a permutation seeded by ``(seed, epoch)``.
+        urls: the shards.
+        counts: their sample counts (as many as ``urls``; may be an array).
+        world_size: ranks.
+        num_workers: DataLoader workers per rank (1 for none).
+        epoch: with ``seed``, seeds the shard order's permutation, ``(seed, epoch)``.
+        seed: the base seed of that permutation.
+        shuffle: permute the shards (default True); False keeps the order given.
         mode: ``"equal"`` or ``"exact"`` (``"resampled"`` needs no plan).
         batch_size: quotas are whole batches of this many samples. Default 1.
         granularity: ``"shard"`` or ``"sample"`` (equal mode; exact mode always cuts samples).
