@@ -10,6 +10,7 @@ from ..errors import StateError
 from .base import FunctionStage, IterNode, MapStage, Node, RunContext, Stage, StateDict
 from .instrument import instrument
 from .parallel import build_parallel
+from .trace import trace_node
 
 __all__ = ["ChainNode", "Pass", "build_nodes", "build_one"]
 
@@ -81,7 +82,8 @@ def build_nodes(
     stages: Sequence[Any], upstream: Node | None, ctx: RunContext, states: list[StateDict] | None
 ) -> list[Node]:
     """One node per stage for one pass (``states``: the saved ones, one per stage), timed when
-    telemetry is on; with ``ctx.threads``, each run of map stages is one node on those threads."""
+    telemetry is on, traced when ``ctx.trace`` is set; with ``ctx.threads``, each run of map
+    stages is one node on those threads."""
     if states is not None and len(states) != len(stages):
         raise StateError(
             f"the saved state has {len(states)} stages but this pipeline has {len(stages)}; "
@@ -106,6 +108,8 @@ def build_nodes(
                 i += 1
             if ctx.telemetry is not None:
                 instrument(ctx.telemetry, node, f)
+            if ctx.trace is not None:
+                trace_node(ctx.trace, node, f)
         except BaseException:
             for built in reversed(nodes):
                 built.close()
