@@ -123,6 +123,8 @@ class LoaderTelemetry:
         self.wait_ns = self.first_ns = 0
         self.start_ns = self.last_ns = 0
         self.next_log: float = self._next(time.perf_counter_ns())
+        #: The loader's replaced workers (``_heal.Restarts``), counted in the report and the log line.
+        self.restarts: Any = None
 
     def _next(self, now: int) -> float:
         return now + self.log_interval * 1e9 if self.log_interval > 0 else float("inf")
@@ -153,7 +155,10 @@ class LoaderTelemetry:
                 item = item[1]
             if now >= self.next_log:
                 self.next_log = self._next(now)
-                log.info("telemetry (loader): %s", one_line(self.stats()))
+                report = self.stats()
+                lost = report.get("restarts", {}).get("count", 0)
+                restarts = f"; {lost} worker restart(s): {report['restarts']['causes']}" if lost else ""
+                log.info("telemetry (loader): %s%s", one_line(report), restarts)
             yield item
 
     def _take(self, packet: Any) -> None:
@@ -199,6 +204,8 @@ class LoaderTelemetry:
             for k, v in views.items()
         ]
         report["verdict"] = verdict(report, "worker")
+        if self.restarts is not None:
+            report["restarts"] = self.restarts.stats()
         return report
 
 

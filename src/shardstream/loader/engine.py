@@ -148,6 +148,10 @@ class Loader:
             ``SHARDSTREAM_WORKER_TIMEOUT`` or 600; 0: wait forever). Process mode: the error names
             the worker, its PID and its Python stack (see ``WebLoader``); thread mode: the
             stacks of the producer and pool threads, which cannot be killed and are left behind.
+        worker_restarts: process mode: lost workers (killed by a signal such as the OOM killer's
+            SIGKILL, a failing exit, or stuck past ``worker_timeout``) replaced per epoch, the
+            epoch going on with exactly the batches of an uninterrupted run (default 3; 0: the
+            first loss raises); see ``WebLoader`` and ``docs/loaders.md``.
         worker_init_fn: process mode: called with the worker's index in each worker process,
             after shardstream's own setup (its threads, its buffers). Refused in thread mode.
         multiprocessing_context: process mode: how workers start (default: fork when no other
@@ -191,6 +195,7 @@ class Loader:
         persistent_workers: bool = True,
         timeout: float = 0,
         worker_timeout: float | None = None,
+        worker_restarts: int = 3,
         worker_init_fn: Callable[[int], None] | None = None,
         multiprocessing_context: Any = None,
         generator: Any = None,
@@ -274,11 +279,14 @@ class Loader:
                 pin_memory=pin_memory and ring is None,  # with buffers: pinned by the main side
                 timeout=timeout,
                 worker_timeout=worker_timeout,
+                worker_restarts=worker_restarts,
                 multiprocessing_context=multiprocessing_context,
                 generator=generator,
                 telemetry=telemetry,
                 worker_init_fn=WorkerSetup(num_threads, ring, fills=self._fills(), then=worker_init_fn),
             )
+            if self._ring is not None:  # workers ended at once (a restart) leave their buffers
+                self._workers._after_stop = self._ring.forget
         self._owned: list[Any] = []  # what close() (or garbage collection) stops: the thread pool
         weakref.finalize(self, _close_all, self._runs, self._owned)
 
