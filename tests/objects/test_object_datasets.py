@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _components import require_module
 from _faults import FaultProxy
 from _prefix import Prefix
 from _servers import SeaweedS3
@@ -21,7 +22,7 @@ from shardstream.objects import Manifest
 
 pytestmark = pytest.mark.s3
 
-torch = pytest.importorskip("torch")
+torch = require_module("torch", "the PyTorch DataLoader and tensor paths")
 
 
 def _quiet() -> Any:

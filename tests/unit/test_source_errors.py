@@ -11,6 +11,7 @@ import sys
 from collections.abc import Iterator
 
 import pytest
+from _components import require_module
 
 from shardstream.errors import (
     AccessDeniedError,
@@ -80,7 +81,7 @@ def test_network_mapping(exc: BaseException, cls: type[SourceError], text: str) 
 
 @pytest.fixture(scope="module")
 def s3source() -> Iterator[object]:
-    pytest.importorskip("botocore")
+    require_module("botocore", "the s3:// source's error translation (botocore)")
     from shardstream.sources.s3 import S3Source
 
     source = S3Source(endpoint_url="http://127.0.0.1:9", access_key_id="AKIDX", secret_access_key="hunter2")
