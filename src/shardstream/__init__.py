@@ -75,6 +75,7 @@ if _TYPE_CHECKING:
         MissingFieldError,
         ObjectChangedError,
         PipeCommandError,
+        ResponseTooLargeError,
         ShardFormatError,
         ShardNotFoundError,
         ShardStreamError,
@@ -158,7 +159,8 @@ _MODULES: dict[str, str] = {
     "shardstream.decoders": "AudioWindows VideoClips register_decoder video_info",
     "shardstream.errors": (
         "AccessDeniedError CacheError CacheLockTimeout ConfigurationError DecodingError IndexFormatError "
-        "MissingFieldError ObjectChangedError PipeCommandError ShardFormatError ShardNotFoundError "
+        "MissingFieldError ObjectChangedError PipeCommandError ResponseTooLargeError ShardFormatError "
+        "ShardNotFoundError "
         "ShardStreamError SourceError SplitError StateError TransientSourceError UnsafeOperationError "
         "WorkerStuckError"
     ),
@@ -278,6 +280,7 @@ __all__ += [
     "MissingFieldError",
     "ObjectChangedError",
     "PipeCommandError",
+    "ResponseTooLargeError",
     "ShardFormatError",
     "ShardNotFoundError",
     "ShardStreamError",

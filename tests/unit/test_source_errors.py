@@ -15,10 +15,12 @@ from _components import require_module
 
 from shardstream.errors import (
     AccessDeniedError,
+    ResponseTooLargeError,
     ShardNotFoundError,
     SourceError,
     TransientSourceError,
 )
+from shardstream.net.whole import BodyTooLarge
 from shardstream.sources._resume import ObjectChangedError
 from shardstream.sources._status import network_error, status_error
 
@@ -69,6 +71,12 @@ def test_status_mapping(status: int, cls: type[SourceError]) -> None:
         (http.client.RemoteDisconnected("closed"), TransientSourceError, "RemoteDisconnected"),
         (http.client.BadStatusLine("HTTP/"), TransientSourceError, "BadStatusLine"),
         (ssl.SSLCertVerificationError(1, "bad cert"), SourceError, "verify="),
+        (BodyTooLarge(10 << 30, 1 << 30, announced=True, expected=False), ResponseTooLargeError, "max_body="),
+        (
+            BodyTooLarge(2000, 1000, announced=False, expected=True),
+            ResponseTooLargeError,
+            "1,000 bytes expected",
+        ),
         (ValueError("weird"), SourceError, "unexpected error"),
     ],
 )
