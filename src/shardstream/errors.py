@@ -18,6 +18,7 @@ clauses written for WebDataset keep working::
     │   ├── AccessDeniedError (PermissionError)     401 / 403 / bad credentials
     │   ├── TransientSourceError (ConnectionError)  reset, timeout, 5xx: retried with resume
     │   ├── ObjectChangedError                object replaced mid-read (ETag/size changed, 412)
+    │   ├── ResponseTooLargeError            a body larger than expected or than max_body (never allocated)
     │   └── PipeCommandError                 a pipe: command exited with a failing status
     ├── CacheError (OSError)                 the shard cache cannot be used
     │   └── CacheLockTimeout (TimeoutError)  waited too long for another process's download
@@ -44,6 +45,7 @@ __all__ = [
     "MissingFieldError",
     "ObjectChangedError",
     "PipeCommandError",
+    "ResponseTooLargeError",
     "ShardFormatError",
     "ShardNotFoundError",
     "ShardStreamError",
@@ -403,6 +405,24 @@ class TransientSourceError(SourceError, ConnectionError):
 
 class ObjectChangedError(SourceError):
     """The object was replaced while it was being read, so resuming would mix two versions."""
+
+
+class ResponseTooLargeError(SourceError):
+    """A server announced or sent a body larger than the read may take: the size the caller
+    expected (a manifest's or a stat's size, a range's length) or, when nothing was known, the
+    ``max_body`` bound (``SHARDSTREAM_MAX_BODY``). Raised before the bytes are allocated; not
+    retried (the same request would get the same answer).
+
+    Attributes:
+        size: the body's size as announced (``Content-Length``), or the bytes received when the
+            body had no length (chunked, or ended by the connection's close).
+        limit: the most bytes the read would take.
+    """
+
+    def __init__(self, message: str, *, url: object = None, size: int, limit: int) -> None:
+        super().__init__(message, url=url)
+        self.size = size
+        self.limit = limit
 
 
 class PipeCommandError(SourceError):

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _components import require_module
 from _loader_cases import write_shards
 
 import shardstream as ss
@@ -126,8 +127,8 @@ def _jpeg_pipeline(urls: list[str]) -> Any:
 def test_rows_decoded_into_shared_batches_are_each_written_once(
     jpeg_urls: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pytest.importorskip("simplejpeg")
-    torch = pytest.importorskip("torch")
+    require_module("simplejpeg", "JPEG decoding with simplejpeg")
+    torch = require_module("torch", "the PyTorch DataLoader and tensor paths")
     from shardstream.decoders import image as image_module
 
     eager = [(np.asarray(x), int(y)) for x, y in _jpeg_pipeline(jpeg_urls)]

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _components import require_module
 
 import shardstream as wds
 import shardstream.cache as sscache
@@ -112,7 +113,9 @@ def test_lru_cleanup_deletes_only_own_idle_entries(tmp_path: Path) -> None:
 
 def test_exports_sorted_and_webdataset_names_present() -> None:
     assert sscache.__all__ == sorted(sscache.__all__)
-    wds_cache = pytest.importorskip("webdataset.cache")
+    wds_cache = require_module(
+        "webdataset.cache", "the comparison with WebDataset 1.0.2's cache naming", package="webdataset"
+    )
     public = [
         "FileCache", "LRUCleanup", "StreamingOpen", "check_tar_format", "download", "get_filetype",
         "islocal", "magic_filetype", "pipe_cleaner", "url_to_cache_name",

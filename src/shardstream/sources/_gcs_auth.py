@@ -40,6 +40,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ..config import DEFAULT_MAX_BODY
 from ..errors import AccessDeniedError, ConfigurationError, TransientSourceError, redact_url
 from ..forks import ForkSafeLock
 from ..net.pool import ConnectionPool
@@ -89,7 +90,7 @@ def _transport(pool: ConnectionPool) -> Any:
             try:
                 body_stream = pool.request(method, url, headers=dict(headers or {}), body=body)
                 resp = body_stream.response
-                data = resp.read()
+                data = body_stream.read_all(DEFAULT_MAX_BODY)  # (a token: a few hundred bytes)
                 body_stream.finish()
             except Exception as exc:  # google-auth expects TransportError for network faults
                 raise exceptions.TransportError(redact_url(f"{type(exc).__name__}: {exc}")) from exc

@@ -51,7 +51,7 @@ from ._azure_auth import (
 )
 from ._azure_errors import azure_error, code_in, list_page, parse_azure_url
 from ._azure_writer import AzureWriter
-from ._epoll_gets import EpollGets, header_value, settle_range
+from ._epoll_gets import EpollGets, expect, header_value, settle_range
 from ._resume import Opened, ResumableReader, range_header
 from ._retry import RetryPolicy
 from ._status import network_error
@@ -109,6 +109,9 @@ class AzureSource(SourceBase):
             bundle path, or ``False``. ``HTTPS_PROXY``/``HTTP_PROXY``/``NO_PROXY`` are honoured.
         retries, retry_deadline: the retry budget (defaults ``SHARDSTREAM_RETRIES`` and
             ``SHARDSTREAM_RETRY_DEADLINE``).
+        max_body: the most bytes a whole read of an object of unknown size takes (``get_into``, a
+            manifest, an index; bytes or a size such as ``"4G"``; default ``SHARDSTREAM_MAX_BODY``,
+            1 GiB); past it, ResponseTooLargeError.
         block_size: bytes per uploaded block when writing (default 8 MiB; a blob holds at most
             50,000 blocks, so up to about 390 GiB at the default).
         maxresults: blobs per List Blobs page (default 5000, the service's maximum).
@@ -141,6 +144,7 @@ class AzureSource(SourceBase):
         verify: bool | str = True,
         retries: int | object = UNSET,
         retry_deadline: float | object = UNSET,
+        max_body: int | str | object = UNSET,
         block_size: int = 8 << 20,
         maxresults: int = 5000,
     ) -> None:
@@ -171,7 +175,9 @@ class AzureSource(SourceBase):
             connect_timeout=connect_timeout,
             response_timeout=response_timeout,
             read_timeout=read_timeout,
+            max_body=max_body,
         )
+        self.max_body = net.max_body
         self.pool = net.pool()
         # Whole small objects and byte ranges (get_into, get_many) take a leaner client.
         self.whole = net.whole()
@@ -249,7 +255,7 @@ class AzureSource(SourceBase):
                 method, url, headers or {}, query=query, body=body, container=container
             )
             resp = pooled.response
-            content = resp.read()
+            content = pooled.read_all(self.body_limit())
             pooled.finish()
         except SourceError:
             raise
@@ -357,11 +363,14 @@ class AzureSource(SourceBase):
         etag: str | None = None,
         offset: int = 0,
         length: int | None = None,
+        size: int | None = None,
     ) -> str | None:
         """One Get Blob of bytes ``[offset, offset + length)`` of ``url`` on the whole-body
         client, appended to ``sink`` after the bytes of the range already there (a resume, pinned
         by ``If-Match: etag``). Returns the blob's ETag. No retries (the object fetcher retries,
-        lowering its requests in flight when throttled)."""
+        lowering its requests in flight when throttled). Bounded by the range's length or ``size``
+        (the blob's, when the caller knows it), else by ``max_body``: past it,
+        ResponseTooLargeError."""
         start = len(sink)
         at = offset + start
         end = None if length is None else offset + length
@@ -370,7 +379,7 @@ class AzureSource(SourceBase):
         ranged = bool(at) or end is not None
         key, request = self.get_request(url, at, None if end is None else end - at, etag=etag)
         try:
-            resp = self.whole.send(key, request, sink)
+            resp = self.whole.send(key, request, sink, expect=expect(at, end, size))
         except SourceError:
             raise
         except Exception as exc:

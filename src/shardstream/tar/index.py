@@ -54,7 +54,7 @@ from typing import Any, TypedDict
 
 from ..errors import ConfigurationError, IndexFormatError, ShardNotFoundError, redact_url
 from ..forks import GatedExecutor
-from ..sources import create_url, open_url
+from ..sources import create_url, read_url
 from ._table import CountTable, encode_table, index_text, read_head
 from .offsets import read_sidecar, sidecar_url, write_sidecars
 
@@ -119,9 +119,8 @@ def _directory(url: str) -> str:
 def _whole(url: str, storage_options: Mapping[str, Any] | None) -> bytes:
     """The index file: its head, then the rest when the head was not all of it."""
     _, data, whole = read_head(url, storage_options)
-    if not whole:
-        with open_url(url, offset=len(data), storage_options=storage_options) as stream:
-            data += stream.read()
+    if not whole:  # (the rest, bounded by max_body)
+        data += read_url(url, offset=len(data), storage_options=storage_options)
     return data
 
 
@@ -244,8 +243,7 @@ def read_counts(url_or_dir: str, *, storage_options: Mapping[str, Any] | None = 
     if table is not None:
         return table
     if not whole:
-        with open_url(url, offset=len(data), storage_options=storage_options) as stream:
-            data += stream.read()
+        data += read_url(url, offset=len(data), storage_options=storage_options)
     return _counts(url, data)
 
 
