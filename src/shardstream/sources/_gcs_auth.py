@@ -178,10 +178,11 @@ class GCSAuth:
             credentials, _ = auth.default(scopes=[SCOPE], quota_project_id=self._project)
         except exceptions.DefaultCredentialsError as exc:
             raise AccessDeniedError(
-                f"no Google Cloud credentials were found for gs:// ({redact_url(exc)}). Run `gcloud auth "
-                "application-default login`, set GOOGLE_APPLICATION_CREDENTIALS to a service account "
-                "key file, pass storage_options={'token': '/path/to/key.json'}, or 'anon' for a "
-                "public bucket"
+                f"no Google Cloud credentials were found for gs:// ({redact_url(exc)}). Pass "
+                "storage_options={'token': '/path/to/key.json'} (a service account key; on the command "
+                "line: --storage-option token=/path/to/key.json) or {'token': 'anon'} for a public "
+                "bucket, set GOOGLE_APPLICATION_CREDENTIALS to a key file (STORAGE_EMULATOR_HOST for an "
+                "emulator), or run `gcloud auth application-default login`"
             ) from None
         email = getattr(credentials, "service_account_email", None)
         if isinstance(email, str) and email and email != "default":
