@@ -2,10 +2,13 @@
 
 The pipeline is what a training script would build: ``WebDataset(urls)`` (no shard shuffle),
 optional ``.decode(SPEC)`` and ``.to_tuple(...)``, ``.batched(B)`` inside the workers, and a
-``WebLoader(num_workers=W, batch_size=None)``. The main process only counts samples and payload
-bytes. Reported: samples/s, MB/s (of shard bytes when the whole dataset was read, and of payload
-delivered to the loop), the latency to the first batch (worker start-up and shard opening
-included), and CPU of the process and its workers.
+``WebLoader(num_workers=W, batch_size=None)``. With ``--engine threads`` or ``shm`` the loader runs
+on ``ss.Loader``'s engine (``WebLoader(engine=)``) and makes the batches itself (``batch_size=B``,
+no ``.batched``), so JPEGs decoded by an ``rgb8`` spec go straight into the batch
+(``decoders/deferred.py``). The main process only counts samples and payload bytes. Reported:
+samples/s, MB/s (of shard bytes when the whole dataset was read, and of payload delivered to the
+loop), the latency to the first batch (worker start-up and shard opening included), and CPU of the
+process and its workers.
 
 ``--profile`` turns the loader's telemetry on: the time of every stage in every worker, how long
 the loop waited, and the one-line answer to "is the loader the bottleneck, and which stage", as
@@ -32,6 +35,10 @@ __all__ = ["BenchConfig", "BenchResult", "add_arguments", "format_result", "run"
 
 log = logging.getLogger(__name__)
 
+#: ``shardstream.loader.ENGINES``, named here: importing the loader imports torch, and the
+#: command line is built without it (``--help``; the missing-torch message).
+_ENGINES = ("torch", "threads", "shm")
+
 
 @dataclass(frozen=True)
 class BenchConfig:
@@ -46,6 +53,8 @@ class BenchConfig:
     storage_options: Mapping[str, Any] = field(default_factory=dict)
     allow_pipe: bool = False
     profile: bool = False
+    #: ``WebLoader(engine=)``: ``torch`` (batches made in the pipeline), ``threads`` or ``shm``.
+    engine: str = "torch"
 
 
 @dataclass(frozen=True)
@@ -151,7 +160,10 @@ def run_bench(config: BenchConfig) -> BenchResult:
     if config.to_tuple:
         ds = ds.to_tuple(*config.to_tuple)
     batched = config.batch_size > 0
-    if batched:
+    # torch's engine: each worker batches (a training script's .batched(B) with batch_size=None);
+    # ss.Loader's engine makes the batches itself, and may decode JPEGs straight into them.
+    loader_batches = batched and config.engine != "torch"
+    if batched and not loader_batches:
         ds = ds.batched(config.batch_size)
     samples = batches = payload = 0
     first_batch = 0.0
@@ -161,7 +173,17 @@ def run_bench(config: BenchConfig) -> BenchResult:
     t0 = time.perf_counter()
     try:
         telemetry = True if config.profile else None  # None: SHARDSTREAM_TELEMETRY decides
-        with WebLoader(ds, batch_size=None, num_workers=config.workers, telemetry=telemetry) as loader:
+        with WebLoader(
+            ds,
+            batch_size=config.batch_size if loader_batches else None,
+            num_workers=config.workers,
+            telemetry=telemetry,
+            engine=config.engine,
+            # ss.Loader's own default: worker processes, and their shared-memory batch buffers,
+            # live as long as the loader (non-persistent ones may remove a buffer that holds a
+            # batch the loop has not mapped yet).
+            persistent_workers=config.engine == "shm" and config.workers > 0,
+        ) as loader:
             if config.profile:
                 timeline = Timeline(loader.stats)
                 timeline.take()
@@ -194,6 +216,8 @@ def format_result(config: BenchConfig, result: BenchResult, *, cpu_count: int | 
     ncpu = cpu_count or os.cpu_count() or 1
     cpu = result.cpu
     pipeline = [f"batch {config.batch_size}", f"{config.workers} workers"]
+    if config.engine != "torch":
+        pipeline[1] += f" (engine {config.engine})"
     if config.decode:
         pipeline.append(f"decode {config.decode}")
     if config.to_tuple:
@@ -236,6 +260,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--to-tuple", nargs="+", metavar="FIELD", default=[], help='fields, e.g. "jpg;png" cls'
     )
     parser.add_argument("--max-samples", type=int, help="stop after this many samples")
+    parser.add_argument(
+        "--engine",
+        choices=_ENGINES,
+        default="torch",
+        help="WebLoader(engine=): torch (default; each worker batches with .batched), or threads "
+        "or shm (ss.Loader's engine: the loader batches, and rgb8 JPEGs are decoded into the batch)",
+    )
     add_common(parser, jobs=False)
     parser.add_argument(
         "--profile",
@@ -271,6 +302,7 @@ def run(args: argparse.Namespace) -> int:
         storage_options=parse_options(args.storage_option),
         allow_pipe=args.allow_pipe,
         profile=args.profile,
+        engine=args.engine,
     )
     result = run_bench(config)
     if args.json:
