@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ._cpu import CPUMonitor, CPUReport, have_psutil
-from ._inspect import add_common
+from ._inspect import URLSPEC_HELP, add_common
 from ._options import parse_options
 from ._profile import Timeline, have_matplotlib, write_png
 
@@ -149,9 +149,10 @@ def run_bench(config: BenchConfig) -> BenchResult:
     require_torch(purpose="shardstream bench (it measures a torch DataLoader)")
     from ..compat.webdataset import WebDataset
     from ..loader import WebLoader
-    from ..shards.spec import expand_urls
+    from ._dataset import resolve
 
-    urls = expand_urls(list(config.urls))
+    # As ls/stat/verify take them: brace specs, a local directory or glob, a prefix with an index.
+    urls = resolve(list(config.urls), storage_options=config.storage_options)
     ds: Any = WebDataset(
         urls, shardshuffle=False, storage_options=config.storage_options, allow_pipe=config.allow_pipe
     )
@@ -248,9 +249,7 @@ def format_result(config: BenchConfig, result: BenchResult, *, cpu_count: int | 
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "urls", nargs="+", metavar="URL", help="shard URLs or brace specs (local, s3://, http://)"
-    )
+    parser.add_argument("urls", nargs="+", metavar="URLSPEC", help=URLSPEC_HELP + " (several may be given)")
     parser.add_argument(
         "--batch-size", type=int, default=32, help="samples per batch; 0 = no batching (default 32)"
     )
