@@ -127,3 +127,21 @@ def test_azure_without_credentials(azurite_server: Azurite, tmp_path: Path) -> N
         assert name in message, name
     for name in ("AZURE_STORAGE_CONNECTION_STRING", "AZURE_STORAGE_ACCOUNT_KEY", "AZURE_STORAGE_SAS_TOKEN"):
         assert name in message, name
+
+
+def test_azure_without_credentials_is_one_cli_line(azurite_server: Azurite, tmp_path: Path) -> None:
+    """azure-identity logs each credential it tried (a dozen lines) before our error says it."""
+    container = azurite_server.create_container("no-credentials-cli")
+    url = azurite_server.put_blob(container, "a.tar", bytes(1024))
+    proc = subprocess.run(
+        [sys.executable, "-m", "shardstream.cli", "ls", url]
+        + ["--storage-option", f"endpoint_url={azurite_server.endpoint_url}"]
+        + ["--storage-option", f"account_name={azurite_server.account_name}"],
+        env=_clean_env(tmp_path / "home"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 1
+    assert proc.stderr.startswith(f"shardstream ls: error: {url}: no Entra ID token"), proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr

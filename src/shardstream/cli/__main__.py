@@ -161,6 +161,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=level, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s: %(message)s"
     )
     logging.getLogger("shardstream").setLevel(level)
+    # azure-identity logs every credential it tried, at WARNING, when none gives a token: a dozen
+    # lines before our error, which says the same in one and names the fix (-v shows them).
+    logging.getLogger("azure.identity").setLevel(level if args.verbose else logging.ERROR)
     run: Runner = args._run
     try:
         return run(args)
