@@ -61,6 +61,7 @@ def test_demo_stops_the_server_on_errors(
 
     monkeypatch.setattr(_demo, "_upload", failing_upload)
     monkeypatch.setattr(_demo, "_report", lambda *args: None)  # only the server part matters
+    monkeypatch.setattr(_demo, "MEASURE_S", 0.2)
     args = ["demo", "--dir", str(tmp_path), "--samples", "10", "--per-shard", "10", "--workers", "0"]
     assert main(args) == 1
     captured = capsys.readouterr()
