@@ -110,3 +110,65 @@ def test_bench_profile_prints_the_table_and_writes_a_png(
     result = json.loads(capsys.readouterr().out)
     report = result["profile"]["report"]
     assert report["samples"] == 60 and len(report["workers"]) == 2 and result["profile"]["timeline"]
+
+
+def test_stage_counts_include_each_worker_s_last_partial_batch(make_shards: ShardFactory) -> None:
+    spec, keys = make_shards(counts=[21, 21])  # a worker each: 5 batches of 4, then one of 1
+    ds = ss.Dataset(spec).to_tuple("__key__", "txt").batched(4)
+    with ss.WebLoader(ds, batch_size=None, num_workers=2, telemetry=True) as loader:
+        assert sorted(key for batch in loader for key in batch[0]) == sorted(keys)
+    stats = loader.stats()
+    items = {s["stage"].partition(":")[2] or s["stage"]: s["items"] for s in stats["stages"]}
+    assert items["read tar"] == items["to_tuple"] == 42, items
+    assert items["batched"] == items["collate"] == stats["batches"] == 12, items
+    assert [w["samples"] for w in stats["workers"]] == [21, 21]
+
+
+def _jpeg_shards(directory: Path, samples: int, per_shard: int) -> str:
+    from shardstream.cli._demo import synthetic_jpeg
+
+    with ss.ShardWriter(str(directory / "j-%06d.tar"), maxcount=per_shard) as sink:
+        for i in range(samples):
+            sink.write({"__key__": f"k{i:04d}", "jpg": synthetic_jpeg(i, size=96), "cls": i % 10})
+    return str(directory / f"j-{{000000..{samples // per_shard - 1:06d}}}.tar")
+
+
+def test_bench_profile_names_the_decode_into_the_batch(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """ss.Loader decodes JPEGs straight into the batch: the batch maker's time is the
+    decode's, reported (and drawn) as one stage, ``decode (into the batch)``."""
+    spec = _jpeg_shards(tmp_path, 48, 12)
+    png = tmp_path / "profile.png"
+    args = ["bench", spec, "--workers", "2", "--batch-size", "8", "--decode", "rgb8"]
+    args += ["--to-tuple", "jpg", "cls", "--profile", "--profile-png", str(png)]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "ss.Loader, 2 workers, 1 thread per process, decode rgb8" in out and "samples:          48" in out
+    rows = {line.split()[0]: line for line in out.splitlines() if line[:1].isdigit() and ":" in line[:4]}
+    decode = [name for name in rows if "decode" in rows[name]]
+    assert len(decode) == 1 and rows[decode[0]].split("decode (into the batch)")[1].split()[0] == "decode"
+    assert not any(
+        line.startswith(("collate ", "batched ")) or ":batched " in line for line in out.splitlines()
+    )
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert main([*args, "--json"]) == 0
+    profile = json.loads(capsys.readouterr().out)["profile"]
+    drawn = {name for point in profile["timeline"] for name in point["stages"]}  # what the plot stacks
+    assert [name for name in drawn if "decode" in name] == [decode[0] + " (into the batch)"]
+    assert "collate" not in drawn
+    decoded = next(s for s in profile["report"]["stages"] if s["kind"] == "decode")
+    assert decoded["items"] == 48 and decoded["time_s"] > 0
+
+
+def test_loader_stats_name_the_decode_into_the_batch(tmp_path: Path) -> None:
+    spec = _jpeg_shards(tmp_path, 40, 10)
+    ds = ss.Dataset(spec, shuffle_shards=False).decode("rgb8").to_tuple("jpg", "cls")
+    with ss.Loader(ds, batch_size=8, num_workers=2, telemetry=True) as loader:
+        assert sum(len(labels) for _, labels in loader) == 40
+        stats = loader.stats()
+    stages = {s["stage"].partition(":")[2] or s["stage"]: s for s in stats["stages"]}
+    assert "decode" not in stages and "collate" not in stages, list(stages)
+    decode = stages["decode (into the batch)"]
+    assert decode["kind"] == "decode" and decode["items"] == 40 and decode["time_s"] > 0
+    assert "decode (into the batch)" in stats["verdict"] or "slowest stage: decode" not in stats["verdict"]

@@ -66,6 +66,7 @@ class ShardScan:
     extension_bytes: collections.Counter[str] = field(default_factory=collections.Counter)
     problems: list[Problem] = field(default_factory=list)
     complete: bool = False  # read to its end-of-archive marker without a structural error
+    sized: bool = False  # stored_bytes is the size the source reports (else: the bytes read)
     extra: dict[str, Any] = field(default_factory=dict)  # for sample hooks
 
     @property
@@ -157,6 +158,7 @@ def scan_shard(
         stream.close()
     scan.compressed = counting.head == b"\x1f\x8b"
     scan.stored_bytes = known if known is not None else counting.nread
+    scan.sized = known is not None
     return scan
 
 

@@ -2,19 +2,19 @@
 them up and measures how long the training loop waits for data.
 
 Each DataLoader worker's pipeline keeps its own :class:`~shardstream.telemetry.recorder.Recorder`.
-:class:`TelemetryCollate` runs in the worker right after the batch is made: it times the
-collate function and attaches the worker's counters to the batch (a packet, see :data:`MARK`),
-as :class:`~shardstream.loader._state.StampingCollate` attaches positions, so there is no round
-trip and no shared memory. Every counter (one flat tuple of numbers; the stage names only when
-they change) travels at most every 50 ms; the batches in between carry only the counts that must
-be exact when a worker's last batch arrives (samples, batches, opens, bytes), which the main
-process patches into the last full set. The main process keeps the latest counters of each
-worker; a worker started again (non-persistent workers start anew every epoch) has a new
-recorder, whose counters are added to those of its predecessors.
+:class:`TelemetryCollate` runs in the worker right after the batch is made: it times the collate
+function and attaches the worker's counters to the batch (a packet, see :data:`MARK`), as
+:class:`~shardstream.loader._state.StampingCollate` attaches positions, so there is no round trip
+and no shared memory. Every counter (one flat tuple of numbers; the stage names only when they
+change) travels at most every 50 ms; the batches in between carry only the counts that must be
+exact when a worker's last batch arrives (batches, opens, bytes, and every stage's items, samples
+included), which the main process patches into the last full set. The main process keeps the latest
+counters of each worker; a worker started again (non-persistent workers start anew every epoch) has
+a new recorder, whose counters are added to those of its predecessors.
 
-With its last batch a worker sends exact samples, batches, opens and bytes; the other stages'
-times and item counts are those of its last full set, at most 50 ms old (and without the pull
-that found the end of its data).
+The batches a worker makes after its pipeline found the end of its data (its last, partial
+one, or those a shuffle buffer drains) carry every counter, so each stage's items count the last
+batch too; only the pull that found the end is left out.
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ __all__ = ["MARK", "LoaderTelemetry", "TelemetryCollate", "attach_telemetry", "i
 log = logging.getLogger(__name__)
 
 #: A worker sends every counter with a batch at most this often (nanoseconds); the batches in
-#: between carry only the counts that must be exact when its last batch arrives (``_LIGHT`` numbers).
+#: between carry only the counts that must be exact when its last batch arrives (a ``_LIGHT``-tuple).
 FULL_EVERY_NS = 50_000_000
-_LIGHT = 7
+_LIGHT = 6
 _get_worker_info: Callable[[], Any] | None = None
 
 
@@ -82,8 +82,8 @@ class TelemetryCollate:
             schema, self._sent = rec.schema(), shape
             self._next_full = 0
         now = t + spent
-        if now >= self._next_full:  # every counter, at most every FULL_EVERY seconds
-            self._next_full = now + FULL_EVERY_NS
+        if now >= self._next_full or rec.ended:  # every counter, at most every FULL_EVERY
+            self._next_full = now + FULL_EVERY_NS  # seconds, and with the pass's last batches
             raw = rec.raw()
         else:  # only the counts (a tenth of the cost per batch); the times follow with the next
             raw = rec.light(now)
@@ -169,11 +169,11 @@ class LoaderTelemetry:
         if len(raw) != _LIGHT:
             worker.raw = tuple(raw)
         elif worker.raw:  # the counts: patch them into the last full counters
-            now, collate_ns, batches, opens, io_bytes, node, items = raw
+            now, collate_ns, batches, opens, io_bytes, items = raw
             full = list(worker.raw)
             full[1] = max(full[1], now)
             full[3], full[4], full[5], full[6] = io_bytes, opens, collate_ns, batches
-            full[12 + 3 * node] = items
+            full[12 : 12 + 3 * len(items) : 3] = items  # every node's item count
             worker.raw = tuple(full)
 
     def stats(self) -> dict[str, Any]:

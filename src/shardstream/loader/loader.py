@@ -214,7 +214,8 @@ class WebLoader(DataLoader, FluidInterface):  # type: ignore[type-arg]
         bound = self._worker_timeout
         if bound is None:
             bound = read_settings().worker_timeout
-        self.check_worker_number_rationality()
+        # No check_worker_number_rationality() here: DataLoader.__init__ ran it already, and a
+        # second call printed torch's "will create N worker processes" warning twice.
         return WatchedIter(self, bound=float(bound), stacks=self._stacks, choice=choice)
 
     def _log_start(self, choice: StartChoice) -> None:

@@ -99,13 +99,13 @@ def build_nodes(
                 while j < len(stages) and isinstance(stages[j], MapStage):
                     j += 1
                 run = build_parallel(stages[i:j], node, ctx, state, contexts[i:j])
-                node, f, i = run[-1], stages[j - 1], j
+                node, f, made_with, i = run[-1], stages[j - 1], contexts[j - 1], j
                 nodes.extend(run[:-1])
             else:
-                node = build_one(f, node, contexts[i], state)
+                node, made_with = build_one(f, node, contexts[i], state), contexts[i]
                 i += 1
             if ctx.telemetry is not None:
-                instrument(ctx.telemetry, node, f)
+                instrument(ctx.telemetry, node, f, made_with)
         except BaseException:
             for built in reversed(nodes):
                 built.close()

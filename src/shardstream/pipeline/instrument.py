@@ -14,17 +14,23 @@ from typing import Any
 from ..telemetry.clock import Slot, clocked, timed_map
 from ..telemetry.io import TimedSource
 from ..telemetry.recorder import Recorder, Setting
-from ..telemetry.report import summarize
+from ..telemetry.report import INTO_BATCH, summarize
 from ._epochs import EpochOwner
-from .base import MapStage, Node, _MapNode
+from .base import MapStage, Node, RunContext, _MapNode
+from .decode import Decode
 from .labels import skip_counters, stage_kind, stage_label, stage_stats
 from .seams import CountsIO, ReadsSource
 
 __all__ = ["consumer", "instrument", "pipeline_stats"]
 
 
-def instrument(rec: Recorder, node: Node, stage: Any) -> None:
-    """Time ``node`` (just built from ``stage``): replace its generator by a timed one."""
+def instrument(rec: Recorder, node: Node, stage: Any, ctx: RunContext | None = None) -> None:
+    """Time ``node`` (just built from ``stage`` with ``ctx``): replace its generator by a timed one.
+
+    A decode stage that leaves its JPEGs to the batch maker (``Decode.defers``) is labelled
+    ``decode (into the batch)``: the report adds the batch maker's time to it (``collate``),
+    as that is where the pixels are decoded (:func:`~shardstream.telemetry.report.process_view`).
+    """
     if isinstance(stage, EpochOwner):
         return  # a nested pipeline: its own stages were instrumented as they were built
     k = rec.stages_built
@@ -35,7 +41,10 @@ def instrument(rec: Recorder, node: Node, stage: Any) -> None:
             rec.layer[3].append(node)
         return
     mapped = type(node) is _MapNode and isinstance(stage, MapStage)
-    slot = rec.slot(f"{k}:{stage_label(stage)}", kind, "own" if mapped else "inclusive", stage_stats(stage))
+    label = stage_label(stage)
+    if ctx is not None and isinstance(stage, Decode) and stage.defers(ctx):
+        label += INTO_BATCH
+    slot = rec.slot(f"{k}:{label}", kind, "own" if mapped else "inclusive", stage_stats(stage))
     if mapped:
         assert isinstance(node, _MapNode) and node.upstream is not None
         up = _unlayer(rec, node.upstream)

@@ -363,10 +363,11 @@ class GCSAuth:
             credentials, _ = auth.default(scopes=[SCOPE], quota_project_id=self._project)
         except exceptions.DefaultCredentialsError as exc:
             raise AccessDeniedError(
-                f"no Google Cloud credentials were found for gs:// ({redact_url(exc)}). Run `gcloud auth "
-                "application-default login`, set GOOGLE_APPLICATION_CREDENTIALS to a service account "
-                "key file, pass storage_options={'token': '/path/to/key.json'} (or the key's JSON "
-                "text), or 'anon' for a public bucket"
+                f"no Google Cloud credentials were found for gs:// ({redact_url(exc)}). Pass "
+                "storage_options={'token': '/path/to/key.json'} (a service account key, or its JSON text; on the command "
+                "line: --storage-option token=/path/to/key.json) or {'token': 'anon'} for a public "
+                "bucket, set GOOGLE_APPLICATION_CREDENTIALS to a key file (STORAGE_EMULATOR_HOST for an "
+                "emulator), or run `gcloud auth application-default login`"
             ) from None
         service_account = require("google.oauth2.service_account", purpose="gs:// keys", install=_INSTALL)
         if isinstance(credentials, service_account.Credentials):

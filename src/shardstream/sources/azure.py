@@ -32,6 +32,7 @@ from urllib.parse import quote, urlsplit
 
 from ..config import UNSET, store_env
 from ..errors import (
+    AccessDeniedError,
     ConfigurationError,
     SourceError,
     redact_url,
@@ -232,9 +233,23 @@ class AzureSource(SourceBase):
         sent = {"x-ms-version": API_VERSION, **headers}
         if body is not None:
             sent["Content-Length"] = str(len(body))
-        query_string = self.credential.authorize(method, path, query, sent)
+        query_string = self._authorize(url, method, path, query, sent)
         target = f"{origin}{path}" + (f"?{query_string}" if query_string else "")
         return account, self.pool.request(method, target, headers=sent, body=body)
+
+    def _authorize(
+        self, url: str, method: str, path: str, query: Sequence[tuple[str, str]], headers: dict[str, str]
+    ) -> str:
+        """The credential's ``authorize`` for a request about ``url``; no token (Entra ID) is an
+        AccessDeniedError naming ``url``, without the chain (the message has its cause)."""
+        try:
+            return self.credential.authorize(method, path, query, headers)
+        except AccessDeniedError as exc:
+            raise AccessDeniedError(f"{redact_url(url)}: {exc}", url=url) from None
+        except SourceError:
+            raise
+        except Exception as exc:  # (azure-identity's own errors: a token that could not be had)
+            raise self.translate(exc, url) from exc
 
     def exchange(
         self,
@@ -336,12 +351,7 @@ class AzureSource(SourceBase):
             headers["x-ms-range"] = f"bytes={offset}-{'' if length is None else last}"
         if etag:
             headers["If-Match"] = etag
-        try:
-            query = self.credential.authorize("GET", path, (), headers)
-        except SourceError:
-            raise
-        except Exception as exc:  # (azure-identity's own errors: a token that could not be had)
-            raise self.translate(exc, url) from exc
+        query = self._authorize(url, "GET", path, (), headers)
         parts = urlsplit(origin)
         headers["Host"] = parts.netloc
         scheme = parts.scheme.lower()

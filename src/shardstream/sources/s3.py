@@ -28,7 +28,7 @@ from ._epoll_gets import EpollGets, expect, settle_range
 from ._resume import Opened, ResumableReader, range_header
 from ._retry import RetryPolicy
 from ._s3_errors import _CODES as _CODES
-from ._s3_errors import code_in, error_code, s3_error
+from ._s3_errors import cause, code_in, error_code, s3_error
 from ._s3_signing import S3Addressing, _is_aws, parse_s3_url
 from ._s3_writer import S3Writer
 from ._sigv4 import SigV4Signer
@@ -330,7 +330,7 @@ class S3Source(S3Addressing, SourceBase):
                 try:
                     page: dict[str, Any] = client.list_objects_v2(**args)
                 except Exception as exc:
-                    raise self.translate(exc, f"s3://{bucket}/{sub}", "list") from exc
+                    raise self.translate(exc, f"s3://{bucket}/{sub}", "list") from cause(exc)
                 yield page
                 token = page.get("NextContinuationToken")
                 if not page.get("IsTruncated") or not token:

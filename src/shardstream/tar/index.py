@@ -40,8 +40,10 @@ Compatibility: readers of version 1 ignore keys they do not know, so older shard
 these indexes (it finds no inline offsets and indexes a shard when ``ShardDataset`` needs it),
 and this one reads older indexes: without a head the counts come from the entries, and inline
 ``offsets``/``sizes`` are still read (rewriting such an index moves them to sidecars).
-Every writer records offsets and sizes as it writes (``ShardWriter``, ``pack``, the Ray writer);
-``shardstream index`` writes the same for shards written elsewhere.
+Every writer records offsets and sizes as it writes (``ShardWriter``, ``pack``, the Ray writer),
+and ``TarWriter``-based ones (``ShardWriter``, ``pack``) the samples per extension too; an index
+without ``extensions`` still reads (``shardstream ls --scan`` counts them from the shards), and
+``shardstream index`` writes everything for shards written elsewhere.
 """
 
 from __future__ import annotations

@@ -63,8 +63,10 @@ class Recorder:
         self.layer: Any = None
         self.io_ns = self.io_bytes = self.opens = 0
         self.collate_ns = self.batches = 0
+        #: A timed node of the running pass found the end of what it reads: the batches left
+        #: are the last ones (a loader worker sends every counter with them, see ``light``).
+        self.ended = False
         self.sources: list[tuple[Any, dict[str, int]]] = []
-        self._light_key = (-1, 0)  # (slots, index of the node whose items are the samples)
         counter = self._retries = retry_counter()
         self._retry_base = (counter.retries, counter.throttles)
         self.next_log = self._next_log(time.perf_counter_ns())
@@ -83,6 +85,7 @@ class Recorder:
             self._reset()
         self._cursor = self.stages_built = 0
         self.layer = None
+        self.ended = False
         return self
 
     def slot(self, label: str, kind: str, mode: str, stats: StageStats | None) -> Slot:
@@ -149,17 +152,14 @@ class Recorder:
         )
         return out + tuple(per_node)
 
-    def light(self, now: int) -> tuple[int, ...]:
+    def light(self, now: int) -> tuple[Any, ...]:
         """The counters that must be exact when a worker's last batch leaves, cheap to take:
-        ``(now, collate_ns, batches, opens, io_bytes, node, items)`` (``node``: the index of the
-        reading node, whose items are the samples, or of the last node)."""
-        slots = self.slots
-        if self._light_key[0] != len(slots):
-            k = next((i for i, s in enumerate(slots) if s.kind == "read"), len(slots) - 1)
-            self._light_key = (len(slots), k)
-        k = self._light_key[1]
-        items = slots[k].count() if slots else 0
-        return (now, self.collate_ns, self.batches, self.opens, self.io_bytes, k, items)
+        ``(now, collate_ns, batches, opens, io_bytes, items)``, ``items`` holding every node's
+        item count (so each stage's count includes the last batch, partial or not; the times
+        are those of the last :meth:`raw`). Once the pass has :attr:`ended`, the batches left
+        are its last, and a loader worker sends :meth:`raw` with them instead."""
+        items = tuple([s.count() for s in self.slots])
+        return (now, self.collate_ns, self.batches, self.opens, self.io_bytes, items)
 
     def view(self) -> dict[str, Any]:
         """This process's counters as plain data (see :func:`process_view`)."""

@@ -17,6 +17,7 @@ from typing import Any
 
 __all__ = [
     "GIL_BOUND",
+    "INTO_BATCH",
     "LOADER_BOUND",
     "add_views",
     "format_table",
@@ -29,6 +30,9 @@ __all__ = [
 
 #: Waiting this share of the wall time (or more) for data makes a run loader-bound.
 LOADER_BOUND = 0.10
+#: The label suffix of a decode stage that leaves its JPEGs to the batch maker (deferred
+#: decoding, ``decoders/deferred.py``): the batch maker's time is reported as that stage's.
+INTO_BATCH = " (into the batch)"
 _GLOBALS = 12
 _SUMMED = (
     "wall_s", "first_item_s", "busy_s", "worker_s",
@@ -43,6 +47,11 @@ def process_view(schema: Sequence[Sequence[str]], raw: Sequence[Any]) -> dict[st
     that minus the inclusive time upstream). Times come without I/O (measured exactly, not
     sampled), which is added back from the reading node on; the reading node's own time is
     reported as ``io`` (open and read calls of its source) and ``read tar`` (the rest).
+
+    A decode stage labelled ``decode (into the batch)`` read only the JPEG headers: the pixels
+    were decoded by the batch maker, straight into the batch. Its row then holds the batch
+    maker's time too (the ``collate`` row, which is left out): one decode stage, named for
+    what took the time, instead of a cheap decode and a costly ``collate``.
     """
     first, last, io_ns, io_bytes, opens, collate_ns, batches, retries, throttles, hits, misses, head = raw[
         :_GLOBALS
@@ -71,7 +80,10 @@ def process_view(schema: Sequence[Sequence[str]], raw: Sequence[Any]) -> dict[st
         if kind == "consumer":  # unwrapped stages and hand-offs between the last ones
             label, kind = "other", "other"
         stages.append(_stage(label, kind, own, items, skipped))
-    if batches:
+    into = next((s for s in stages if s["kind"] == "decode" and s["stage"].endswith(INTO_BATCH)), None)
+    if into is not None:
+        into["time_s"] += collate_ns / 1e9
+    elif batches:
         stages.append(_stage("collate", "collate", collate_ns, batches, 0))
     if samples is None:
         samples = stages[-1]["items"] if schema else 0
