@@ -48,7 +48,8 @@ WARMUP = 64
 #: pull: the clock's two reads are then negligible next to the pull.
 SLOW_NS = 250_000
 #: A map function whose calls take at least this long on average is timed at every call: two
-#: clock reads cost under 1% of it (see the module doc for why sampling such calls misleads).
+#: clock reads are then a small part of the call (see the module doc for why sampling such calls
+#: misleads).
 SLOW_CALL_NS = 20_000
 _rng = random.Random(16)  # the same gaps in every process and run
 _GAPS = tuple(_rng.randint(1, 255) for _ in range(97))
