@@ -12,6 +12,15 @@ runs once per round in alternating order (``--rounds``), every pass reading the 
   (``spdl.io.iter_tarfile``), its own decoder (``spdl.io``: FFmpeg's) with
   ``concurrency=num_threads``, ``aggregate(32)``, one batch copy by ``spdl.io.convert_frames``;
   skipped, with a note and an install hint, without spdl or without FFmpeg's libraries;
+* **LitData 0.2.76** (``_litdata.py``): the same samples written once by ``litdata.optimize`` into
+  its own chunks, read by a ``StreamingDataset`` subclass that decodes in ``__getitem__``, in a
+  ``StreamingDataLoader`` with a worker per core;
+* **Mosaic Streaming 0.13.0** (``_mosaic.py``): the same samples written once by ``MDSWriter``,
+  read by a ``StreamingDataset(local=..., remote=None)`` subclass that decodes in ``__getitem__``,
+  in a torch DataLoader with 2 workers;
+* **torchdata.nodes 0.11.0** (``_torchdata.py``): shardstream's reader's raw samples,
+  ``Batcher(32)``, a thread ``ParallelMapper`` (``--threads``) that decodes and collates each
+  batch, ``Prefetcher(2)``, ``Loader``, as its ImageNet benchmark builds it;
 * **shardstream WebLoader(2 workers)**: today's torch DataLoader path;
 * **ss.Loader, threads**: one process, ``num_threads`` threads for the per-sample stages;
 * **ss.Loader, processes**: 2 worker processes (persistent, as the default);
@@ -22,8 +31,10 @@ runs once per round in alternating order (``--rounds``), every pass reading the 
   raw samples already in memory (``DataPipeline`` over a list): the engine without the tar reader.
 
 Every side but SPDL decodes with the same function (``--decoder simplejpeg`` or ``pillow``),
-applied as a ``map_dict`` on the raw ``jpg`` bytes, so the differences are the engines; the report
-gives SPDL's decoder's CPU per image next to that function's.
+applied as a ``map_dict`` on the raw ``jpg`` bytes (in the peers' ``__getitem__`` or map), so the
+differences are the engines; the report gives SPDL's decoder's CPU per image next to that
+function's. The peers are optional: one that is not installed is skipped with a note and its
+install line (``benchmarks/README.md`` has them all).
 With simplejpeg, two more rows run ss.Loader (threads, processes) over shardstream's own
 ``decode("rgb8", jpeg_backend="simplejpeg")`` stage, the same library: a map's function returns
 its own array, which collation copies into the batch, while the decode stage lets the loader
@@ -32,8 +43,9 @@ decode each JPEG straight into its row of the batch (``decoders/deferred.py``).
 **tiny**: 50,000 samples of a ~60-byte JSON label and a 16-byte payload (``--tiny-count``), where
 the cost per sample of the engine dominates; the same two functions on every side (label to an
 int, payload to a uint8 array), batches of 32. ss.Loader (threads, processes), WebLoader and
-webdataset + DataLoader, 2 workers each; the reference is today's WebLoader (the target:
-ss.Loader >= 1.5x, printed under the table).
+webdataset + DataLoader, 2 workers each, and LitData and Mosaic Streaming over the same samples in
+their own formats (built and read as in the images section); the reference is today's WebLoader
+(the target: ss.Loader >= 1.5x, printed under the table).
 
 **video**: 96 samples over 24 distinct 8 s 640x360 H.264 videos (``--videos``, ``--video-unique``),
 one random 8-frame clip each, decoded by shardstream's ``VideoClips`` stage (seeking, one FFmpeg
