@@ -31,7 +31,7 @@ nothing but the wait) show how many samples/s this machine can emulate at all.
   the producer thread runs the work itself, in series with the reading, as thread mode does with
   one thread);
 * **ss.Loader, M processes x T threads**: ``num_workers=M, num_threads=T`` with M x T = N, for
-  each M of ``--workers`` (default 2 4: each process costs memory); T = 1 is process mode alone;
+  each M of ``--workers`` (default 1 2 4: each process costs memory); T = 1 is process mode alone;
 * **torchdata.nodes 0.11.0**: ``ParallelMapper(work, num_workers=N, method="thread")`` on the
   samples (its getting-started shape), then ``Batcher(32)``, ``Mapper(default_collate)``,
   ``Prefetcher(2)``, ``Loader`` (``_torchdata.sample_loader``); and the same with
@@ -79,21 +79,20 @@ smoke run (1 round of 0.2 s passes at N = 1 4 16, 2 workers) whose figures mean 
 What the rows do and do not predict: ``benchmarks/README.md``.
 
     .venv/bin/python benchmarks/bench_scaling.py [--us 400] [--cores 1 4 16 64 128]
-        [--workers 2 4] [--rounds 3] [--seconds 1.5] [--wait sleep|select|event] [--quick]
+        [--workers 1 2 4] [--rounds 3] [--seconds 1.5] [--wait sleep|select|event] [--quick]
         [--markdown F]
 """
 
 from __future__ import annotations
 
 import argparse
-import ctypes
 import itertools
 import math
-import select
 import statistics
 import sys
 import threading
 import time
+import warnings
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -105,6 +104,7 @@ from typing import Any, Protocol
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import cpu_seconds, emit_report, machine_line  # noqa: E402
+from _gilfree import WAITS, Work, calibrate, gil_check, set_timer_slack  # noqa: E402
 from bench_loader import build_tiny  # noqa: E402
 
 BATCH = 32
@@ -112,114 +112,6 @@ BATCH = 32
 SAMPLES, SHARDS = 100_000, 20
 #: Unmeasured batches before each timed pass.
 WARM_BATCHES = 4
-#: ``prctl`` option: the calling thread's timer slack, in ns.
-PR_SET_TIMERSLACK = 29
-
-
-# ------------------------------------------------------------------------------------------------
-# The GIL-free wait
-
-
-_never = threading.Event()
-
-
-def _select_wait(seconds: float) -> None:
-    select.select([], [], [], seconds)
-
-
-def _event_wait(seconds: float) -> None:
-    _never.wait(seconds)
-
-
-#: The C calls that wait without the GIL, by ``--wait`` name.
-WAITS: dict[str, Callable[[float], Any]] = {"sleep": time.sleep, "select": _select_wait, "event": _event_wait}
-
-
-class Work:
-    """The per-sample work: wait ``seconds`` without the GIL, then ``(json, bin)`` as they are.
-    Pickled by name (process mode sends it to the workers)."""
-
-    def __init__(self, seconds: float, wait: str) -> None:
-        self.seconds, self.wait_name = seconds, wait
-        self.wait = WAITS[wait]
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (Work, (self.seconds, self.wait_name))
-
-    def __call__(self, sample: dict[str, Any]) -> tuple[Any, Any]:
-        self.wait(self.seconds)
-        return sample["json"], sample["bin"]
-
-
-def set_timer_slack(ns: int) -> bool:
-    """This thread's timer slack (threads started later, and child processes, inherit it)."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return bool(libc.prctl(PR_SET_TIMERSLACK, ns, 0, 0, 0) == 0)
-    except (OSError, AttributeError):  # not Linux
-        return False
-
-
-@dataclass
-class Calibration:
-    """One wait call on one idle thread: actual durations (us) and CPU per wait (us)."""
-
-    name: str
-    median: float
-    mean: float
-    p99: float
-    cpu: float
-
-
-def calibrate(name: str, seconds: float, count: int) -> Calibration:
-    wait = WAITS[name]
-    took: list[float] = []
-    c0 = time.thread_time()
-    for _ in range(count):
-        t0 = time.perf_counter()
-        wait(seconds)
-        took.append((time.perf_counter() - t0) * 1e6)
-    cpu = (time.thread_time() - c0) / count * 1e6
-    took.sort()
-    return Calibration(name, statistics.median(took), statistics.fmean(took), took[int(0.99 * count)], cpu)
-
-
-def gil_check(wait: Callable[[float], Any], seconds: float, threads: int = 8, span: float = 0.2) -> float:
-    """A pure-Python loop's speed beside ``threads`` threads waiting back to back, over its speed
-    alone (the best of 3 spans each, alternating: other jobs on the host slow either): a wait that
-    kept the GIL would leave the loop next to nothing; one that releases it leaves the loop all but
-    the moments each waking thread takes the GIL to return to Python."""
-
-    def spin() -> int:
-        n, end = 0, time.perf_counter() + span
-        while time.perf_counter() < end:
-            n += 1
-        return n
-
-    def beside() -> int:
-        stop = threading.Event()
-
-        def waiter() -> None:
-            while not stop.is_set():
-                wait(seconds)
-
-        pool = [threading.Thread(target=waiter, daemon=True) for _ in range(threads)]
-        for t in pool:
-            t.start()
-        try:
-            return spin()
-        finally:
-            stop.set()
-            for t in pool:
-                t.join()
-
-    alone, near = [], []
-    for _ in range(3):
-        alone.append(spin())
-        near.append(beside())
-    return max(near) / max(alone)
-
-
 # ------------------------------------------------------------------------------------------------
 # Contenders
 
@@ -371,11 +263,9 @@ class Row:
     @property
     def name(self) -> str:
         threads = f"{self.threads} thread{'s' if self.threads > 1 else ''}"
-        return (
-            f"{self.kind}, {self.workers} processes x {threads}"
-            if self.workers
-            else f"{self.kind}, {threads}"
-        )
+        if not self.workers:
+            return f"{self.kind}, {threads}"
+        return f"{self.kind}, {self.workers} process{'es' if self.workers > 1 else ''} x {threads}"
 
 
 def rows_for(urls: list[str], work: Work, cores: list[int], workers: list[int], torchdata: bool) -> list[Row]:
@@ -421,8 +311,18 @@ def rows_for(urls: list[str], work: Work, cores: list[int], workers: list[int], 
 # Measurement
 
 
+def settle(seconds: float = 2.0) -> None:
+    """Wait (a while at most) for the threads of the row before to end: none of them should take
+    the GIL from the next row, and process mode forks its workers only when no other thread runs
+    (``loader/_start.py``)."""
+    end = time.monotonic() + seconds
+    while threading.active_count() > 1 and time.monotonic() < end:
+        time.sleep(0.01)
+
+
 def measure(row: Row, count: int, limit: float) -> None:
     """Warm-up batches, then one timed pass of ``count`` samples (or until ``limit`` seconds)."""
+    settle()
     runner = row.make()
     try:
         for k, _ in enumerate(runner.batches(WARM_BATCHES * BATCH)):
@@ -523,7 +423,7 @@ def table(rows: list[Row], micros: float, delay: float) -> list[str]:
                 per_process, cores = _us(s_p), _cores(s_p, delay)
             else:
                 per_process, cores = queueing, _cores(s, delay)
-        mark = f" ({row.short} rounds cut at the time limit)" if row.short else ""
+        mark = f" ({row.short} of its rounds cut at the time limit)" if row.short else ""
         lines.append(
             f"| {row.name}{mark} | {row.cores} | {rate:,.0f} | {ideal:,.0f} | {rate / ideal:.0%} "
             f"| {rate / alone[row.cores]:.0%} | {amdahl} | {queueing} | {per_process} | {cores} "
@@ -573,7 +473,7 @@ def main() -> None:
         "--cores", type=int, nargs="+", help="emulated cores (threads); default 1 4 16 64 128, --quick 1 4 16"
     )
     parser.add_argument(
-        "--workers", type=int, nargs="+", help="processes of process rows; default 2 4, --quick 2"
+        "--workers", type=int, nargs="+", help="processes of process rows; default 1 2 4, --quick 2"
     )
     parser.add_argument("--rounds", type=int, help="default 3, --quick 1")
     parser.add_argument("--seconds", type=float, help="the length of a timed pass; default 1.5, --quick 0.2")
@@ -583,8 +483,10 @@ def main() -> None:
     parser.add_argument("--markdown", type=Path)
     args = parser.parse_args()
     quick = args.quick
+    # torch's advice against more workers than cores: here they stand for a node's processes.
+    warnings.filterwarnings("ignore", message="This DataLoader will create")
     args.cores = args.cores or ([1, 4, 16] if quick else [1, 4, 16, 64, 128])
-    args.workers = args.workers or ([2] if quick else [2, 4])
+    args.workers = args.workers or ([2] if quick else [1, 2, 4])
     args.rounds = args.rounds or (1 if quick else 3)
     args.seconds = args.seconds or (0.2 if quick else 1.5)
 
