@@ -8,8 +8,8 @@ the loader does around the work (reading the shards, its stages' dispatch, colla
 hand-offs between threads and processes) holds the GIL in its process, and the shortfall from
 N/D measures it.
 
-**The wait.** ``time.sleep(D)`` (``clock_nanosleep``, the GIL released around it) by default;
-``--wait select`` (``select.select([], [], [], t)``) and ``--wait event``
+**The wait** (``_gilfree.py``). ``time.sleep(D)`` (``clock_nanosleep``, the GIL released around
+it) by default; ``--wait select`` (``select.select([], [], [], t)``) and ``--wait event``
 (``threading.Event().wait(t)``, which also takes a lock in Python) are the other C calls offered.
 Linux lets a sleeper wake up to its *timer slack* late (50 us by default), so the benchmark sets
 this process's slack to 1 us first (``prctl(PR_SET_TIMERSLACK)``): threads inherit it from the
