@@ -121,11 +121,14 @@ class WebDataset(Dataset):
                     "split='resampled' needs epoch_size (samples per rank per epoch), so that every "
                     "rank yields the same number of batches; for an endless stream use resampled=True"
                 )
-            # WebDataset's splitters are its split='shards' (ignored by a planned split), and
-            # evaluation reads in order unless told otherwise.
-            splitters: dict[str, Any] = (
-                {"nodesplitter": nodesplitter, "workersplitter": workersplitter} if split == "shards" else {}
-            )
+            # WebDataset's splitters configure split='shards' when given (its default
+            # single_node_only would refuse the ranks that split='shards' deals shards to); a
+            # planned split ignores them. Evaluation reads in order unless told otherwise.
+            splitters: dict[str, Any] = {}
+            if split == "shards" and nodesplitter is not single_node_only:
+                splitters["nodesplitter"] = nodesplitter
+            if split == "shards" and workersplitter is not split_by_worker:
+                splitters["workersplitter"] = workersplitter
             shuffle: bool | int | None = shardshuffle if shardshuffle is not None else split != "exact"
         else:
             # WebDataset's default: the shards of one node, split over workers (with its

@@ -2,7 +2,8 @@
 and the native default split (datasets/policy.py:default_split), on local shards.
 
 Remote forms (store prefixes, indexed and unindexed ``http(s)://``) are in
-``tests/integration/test_specs_remote.py``; real gloo ranks in ``tests/integration/test_default_split.py``.
+``tests/integration/test_shard_specs_remote.py``; real gloo ranks in
+``tests/integration/test_default_split.py``.
 """
 
 from __future__ import annotations
@@ -230,6 +231,8 @@ def test_several_ranks_get_equal_counts_from_local_shards(written: Path) -> None
         assert per_rank == [13, 13]  # 51 samples per rank
     webdataset = WebDataset(three, world=ss.World(0, 2))  # WebDataset's defaults, for drop-in code
     assert webdataset.split.mode == "shards" and repr(webdataset.split.node_splitter) == "single_node_only"
+    dealt = WebDataset(three, split="shards", world=ss.World(0, 2))  # (its splitters: given, or the split's)
+    assert repr(dealt.split.node_splitter) == "split_by_node"
 
 
 def test_a_world_found_only_at_iteration_is_refused_at_the_start_of_the_epoch(
