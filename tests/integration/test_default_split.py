@@ -46,12 +46,12 @@ def _batches(loader: Any, dist: Any, torch: Any, world_size: int) -> int:
     return batches
 
 
-def rank_main(rank: int, world_size: int, port: int, directory: str, remote: str, out: str) -> None:
+def rank_main(rank: int, world_size: int, port: int, spec: str, remote: str, out: str) -> None:
     import torch
     import torch.distributed as dist
     from torch.utils.data import DataLoader
 
-    early = ss.Dataset(directory)  # built before the process group: for one rank
+    early = ss.Dataset(spec)  # built before the process group: for one rank
     dist.init_process_group(
         "gloo",
         init_method=f"tcp://127.0.0.1:{port}",
@@ -61,7 +61,7 @@ def rank_main(rank: int, world_size: int, port: int, directory: str, remote: str
     )
     report: dict[str, Any] = {}
     try:
-        dataset = ss.Dataset(directory)  # the default, with the world known
+        dataset = ss.Dataset(spec)  # the default, with the world known
         report["split"] = dataset.split.mode
         for workers in (0, 2):
             web = ss.WebLoader(dataset.batched(BATCH), batch_size=None, num_workers=workers)
@@ -102,10 +102,11 @@ def test_the_default_gives_every_rank_the_same_batches(tmp_path: Path, http_serv
     for p in served:  # the same shards over HTTP, without their index
         http_server.write(f"unindexed/{p.name}", p.read_bytes())
     remote = http_server.url_for("unindexed/part-{000000..000004}.tar")
+    spec = str(directory / "part-{000000..000004}.tar")
     port = free_port()
     outs = [str(tmp_path / f"rank{r}.json") for r in range(2)]
     codes = run_spawned(
-        rank_main, [(r, 2, port, str(directory), remote, outs[r]) for r in range(2)], timeout=JOIN_TIMEOUT
+        rank_main, [(r, 2, port, spec, remote, outs[r]) for r in range(2)], timeout=JOIN_TIMEOUT
     )
     assert codes == [0, 0], f"rank exit codes {codes} (a timeout in a collective means unequal batches)"
     reports = [json.loads(Path(o).read_text()) for o in outs]
