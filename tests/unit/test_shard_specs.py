@@ -211,12 +211,6 @@ def test_names_say_map_style_or_iterable(written: Path) -> None:
 # -- the native default split ---------------------------------------------------------------------
 
 
-def test_one_rank_reads_whole_shards_as_before(written: Path) -> None:
-    dataset = ss.Dataset(str(written))
-    assert dataset.split.mode == "shards" and dataset.planned is None
-    assert len(list(dataset)) == COUNT * PER_SHARD
-
-
 def test_several_ranks_get_equal_counts_from_local_shards(written: Path) -> None:
     three = [str(written / n) for n in ALL[:3]]  # whole shards would give the ranks 68 and 34
     for index in (True, False):
@@ -238,7 +232,10 @@ def test_several_ranks_get_equal_counts_from_local_shards(written: Path) -> None
 def test_a_world_found_only_at_iteration_is_refused_at_the_start_of_the_epoch(
     written: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    dataset = ss.Dataset(str(written))  # built for one rank
+    spec = str(written / "a-{000000..000009}.tar")
+    dataset = ss.Dataset(spec)  # built for one rank: whole shards, as before
+    assert dataset.split.mode == "shards" and dataset.planned is None
+    assert len(list(dataset)) == COUNT * PER_SHARD
     monkeypatch.setenv("WORLD_SIZE", "2")  # then the launcher's world appears
     monkeypatch.setenv("RANK", "1")
     with pytest.raises(ConfigurationError) as caught:
@@ -246,5 +243,5 @@ def test_a_world_found_only_at_iteration_is_refused_at_the_start_of_the_epoch(
     message = str(caught.value)
     assert "built for one rank" in message and "runs on 2 ranks" in message
     assert "split='equal'" in message and "init_process_group" in message
-    explicit = ss.Dataset(str(written), split="shards")  # the old meaning, asked for: not refused
+    explicit = ss.Dataset(spec, split="shards")  # the old meaning, asked for: not refused
     assert len(list(explicit)) == 5 * PER_SHARD  # rank 1 of 2: every other shard
