@@ -214,8 +214,16 @@ _QUOTED_FIELD = re.compile(
 )
 
 
+#: Values of those fields that name a kind of credentials, not a secret (gcsfs's ``token=``
+#: keywords), kept so that a message can say ``{'token': 'anon'}``.
+_KEYWORD_VALUES = frozenset({"anon", "google_default", "cloud", "browser", "cache", "true", "false", "none"})
+
+
 def _redact_field(match: re.Match[str]) -> str:
-    if match.group("value") and match.group("name").lower() in _SECRET_FIELDS:
+    value = match.group("value")
+    if value.lower() in _KEYWORD_VALUES:
+        return match.group(0)
+    if value and match.group("name").lower() in _SECRET_FIELDS:
         return f"{match.group('head')}***{match.group('v')}"
     return match.group(0)
 

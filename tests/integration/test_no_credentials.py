@@ -108,7 +108,7 @@ def test_gcs_without_credentials(gcs_server: FakeGCS, tmp_path: Path) -> None:
     assert found["lines"] <= MAX_LINES, found
     message = found["message"]
     assert "no Google Cloud credentials were found" in message
-    for name in ("{'token': '/path/to/key.json'}", "{'token': 'anon'}", "--storage-option token="):
+    for name in ("{'token': KEY}", "{'token': 'anon'}", "--storage-option token="):
         assert name in message, name
     assert "GOOGLE_APPLICATION_CREDENTIALS" in message
 

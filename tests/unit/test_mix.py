@@ -338,7 +338,12 @@ def test_each_rank_mixes_its_own_share(shards: dict[str, list[str]]) -> None:
     """With an explicit world, each rank's sources split by rank, and the mixture covers each
     rank's share: the two ranks together read every sample of a longest mixture once."""
     halves = [
-        _keys(ss.Mix([ss.Dataset(shards[n], seed=1, world=ss.World(r, 2)) for n in "ac"], stop="longest"))
+        _keys(
+            ss.Mix(
+                [ss.Dataset(shards[n], seed=1, world=ss.World(r, 2), split="shards") for n in "ac"],
+                stop="longest",
+            )
+        )
         for r in (0, 1)
     ]
     assert not set(halves[0]) & set(halves[1])

@@ -1,11 +1,12 @@
 """``shardstream bench``: the empty-training-loop measurement (iterate a loader, no model).
 
 The pipeline is what a training script would build: ``WebDataset(urls)`` (no shard shuffle),
-optional ``.decode(SPEC)`` and ``.to_tuple(...)``, ``.batched(B)`` inside the workers, and a
+optional ``.decode(SPEC)`` and ``.to_tuple(...)``, and
 ``ss.Loader(num_workers=W, num_threads=T, batch_size=B)``: the loader makes the batches itself, so
 JPEGs decoded by an ``rgb8`` spec go straight into the batch (``decoders/deferred.py``). With
 ``--webloader`` it is torch's ``DataLoader`` instead (``WebLoader(num_workers=W, batch_size=None)``,
-each worker batching with ``.batched(B)``), as WebDataset training scripts build it. The main process only counts samples and payload bytes. Reported:
+each worker batching with ``.batched(B)``), as WebDataset training scripts build it. The main
+process only counts samples and payload bytes. Reported:
 samples/s, MB/s (of shard bytes when the whole dataset was read, and of payload delivered to the
 loop), the latency to the first batch (worker start-up and shard opening included), and CPU of the
 process and its workers.
@@ -267,7 +268,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--webloader",
         action="store_true",
-        help="measure WebLoader (torch's DataLoader, each worker batching with .batched) instead of ss.Loader",
+        help="measure WebLoader (torch's DataLoader, each worker batching with .batched) "
+        "instead of ss.Loader",
     )
     parser.add_argument("--decode", metavar="SPEC", help='decoder spec, e.g. "rgb8", "pil", "torchrgb"')
     parser.add_argument(

@@ -364,10 +364,10 @@ class GCSAuth:
         except exceptions.DefaultCredentialsError as exc:
             raise AccessDeniedError(
                 f"no Google Cloud credentials were found for gs:// ({redact_url(exc)}). Pass "
-                "storage_options={'token': '/path/to/key.json'} (a service account key, or its JSON text; on the command "
-                "line: --storage-option token=/path/to/key.json) or {'token': 'anon'} for a public "
-                "bucket, set GOOGLE_APPLICATION_CREDENTIALS to a key file (STORAGE_EMULATOR_HOST for an "
-                "emulator), or run `gcloud auth application-default login`"
+                "storage_options={'token': KEY} with KEY the path of a service account key file or "
+                "its JSON text (on the command line: --storage-option token=/path/to/key.json), or "
+                "{'token': 'anon'} for a public bucket, set GOOGLE_APPLICATION_CREDENTIALS to a key file "
+                "(STORAGE_EMULATOR_HOST for an emulator), or run `gcloud auth application-default login`"
             ) from None
         service_account = require("google.oauth2.service_account", purpose="gs:// keys", install=_INSTALL)
         if isinstance(credentials, service_account.Credentials):
