@@ -370,8 +370,9 @@ class WebLoader(DataLoader, FluidInterface):  # type: ignore[type-arg]
         if fluid.nsamples > 0 and fluid.repetitions == sys.maxsize:
             return int(fluid.nsamples)  # with_epoch(n): every iter() yields n items
         raise TypeError(
-            "this WebLoader's length is unknown (its stages change the number of batches); call "
-            ".with_length(n), or .with_epoch(n) for epochs of exactly n batches"
+            "this WebLoader's length is unknown (its stages change the number of batches): make every "
+            "epoch exactly n batches long with .with_epoch(n) (.with_length(n) only declares a length "
+            "and caps nothing)"
         )
 
     def _pipeline_over_batches(self) -> Any:

@@ -468,7 +468,12 @@ class DataPipeline(EpochOwner, IterableDatasetBase):  # type: ignore[type-arg]
 
     def __len__(self) -> int:
         if self.size is None:
-            raise TypeError("this pipeline's length is unknown; call .with_length(n) or use with_epoch(n)")
+            raise TypeError(
+                "this pipeline's length is unknown: its sample counts are not known. Build the dataset "
+                "with split='equal' (len() then comes from the shards' counts: their _info.json, or one "
+                "counting pass), or make every epoch n items long with .with_epoch(n); .with_length(n) "
+                "only declares a length and caps nothing"
+            )
         return self.size
 
     def slot_length(self, world: World) -> int | None:
