@@ -53,7 +53,7 @@ def test_a_slow_training_loop_is_training_bound(make_shards: ShardFactory) -> No
     ds = ss.Dataset(spec).to_tuple("__key__", "txt")
     with ss.WebLoader(ds, batch_size=8, num_workers=2, telemetry=True) as loader:
         for _ in loader:
-            time.sleep(0.1)  # the training step: the workers keep the queue full meanwhile
+            time.sleep(0.25)  # the training step: the workers keep the queue full meanwhile
     stats = loader.stats()
     assert stats["verdict"].startswith("training-bound: "), stats["verdict"]
     assert stats["batches"] == 10 and stats["samples"] == 80
