@@ -226,3 +226,34 @@ def test_a_map_with_rare_long_calls_keeps_its_time(make_shards: ShardFactory) ->
     long_calls = 1200 // 37 * 0.02  # seconds at least (busy waits: load only adds time)
     assert by_kind["map"]["time_s"] >= 0.9 * long_calls, by_kind
     assert by_kind["batch"]["time_s"] < 0.2 * by_kind["map"]["time_s"], by_kind
+
+
+def test_a_run_on_threads_is_shared_among_its_stages() -> None:
+    """A run of per-sample stages on a loader's threads is timed as one node; its stages get its
+    time by the pool's samples of their calls, and the items each one saw."""
+    from shardstream.telemetry.report import process_view
+
+    schema = [
+        ("3:read", "read", "inclusive"),
+        ("5:decode", "decode", "part"),
+        ("6:map f", "map", "part"),
+        ("7:to_tuple", "fields", "part"),
+        ("7:run on threads", "run", "run"),
+    ]
+    ms = 1_000_000
+    head = (0, 1000 * ms, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0)  # first, last, io, bytes, opens, collate, ...
+    read = (24, 100 * ms, 0)
+    run = (18, 500 * ms, 0)  # 18 items out, 500 ms with everything upstream
+    sampled = (0, 3 * ms, 0), (0, 1 * ms, 6), (0, 0, 0)  # (items, sampled wall ns, skipped)
+    view = process_view(schema, head + read + sum(sampled, ()) + run)
+    rows = {s["stage"]: (round(s["time_s"], 6), s["items"], s["skipped"]) for s in view["stages"]}
+    assert rows == {
+        "3:read tar": (0.1, 24, 0),
+        "3:io": (0.0, 24, 0),
+        "5:decode": (0.3, 24, 0),
+        "6:map f": (0.1, 24, 6),
+        "7:to_tuple": (0.0, 18, 0),
+    }
+    assert view["busy_s"] == 0.5 and view["samples"] == 24
+    unsampled = process_view(schema, head + read + (0, 0, 0) * 3 + run)  # before any sample
+    assert [s["time_s"] for s in unsampled["stages"][2:]] == pytest.approx([0.4 / 3] * 3)

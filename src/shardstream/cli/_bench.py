@@ -6,15 +6,15 @@ optional ``.decode(SPEC)`` and ``.to_tuple(...)``, and
 JPEGs decoded by an ``rgb8`` spec go straight into the batch (``decoders/deferred.py``). With
 ``--webloader`` it is torch's ``DataLoader`` instead (``WebLoader(num_workers=W, batch_size=None)``,
 each worker batching with ``.batched(B)``), as WebDataset training scripts build it. The main
-process only counts samples and payload bytes. Reported:
-samples/s, MB/s (of shard bytes when the whole dataset was read, and of payload delivered to the
-loop), the latency to the first batch (worker start-up and shard opening included), and CPU of the
-process and its workers.
+process only counts samples and payload bytes. Reported: samples/s, MB/s (of shard bytes when the
+whole dataset was read, and of payload delivered to the loop), the latency to the first batch
+(worker start-up and shard opening included), and CPU of the process and its workers.
 
-``--profile`` turns the loader's telemetry on: the time of every stage in every worker, how long
-the loop waited, and the one-line answer to "is the loader the bottleneck, and which stage", as
-a table, plus a PNG of the run (time per stage, samples/s per worker) when matplotlib is
-installed (``shardstream[plot]``).
+``--profile`` turns the loader's telemetry on: the time of every stage in every worker (or, with
+``--workers 0``, on this process's threads), how long the loop waited, and the one-line answer to
+"is the loader the bottleneck, and which stage", as a table, plus a PNG of the run (time per
+stage, samples/s per worker) when matplotlib is installed (``shardstream[plot]``). The report
+is taken once more after the loader is closed: it keeps what the loader measured.
 """
 
 from __future__ import annotations
@@ -31,14 +31,11 @@ from ..errors import redact_url
 from ._cpu import CPUMonitor, CPUReport, have_psutil
 from ._inspect import URLSPEC_HELP, add_common
 from ._options import parse_options
-from ._profile import Timeline, have_matplotlib, write_png
+from ._profile import Timeline, have_matplotlib, no_timings, write_png
 
 __all__ = ["BenchConfig", "BenchResult", "add_arguments", "format_result", "run", "run_bench"]
 
 log = logging.getLogger(__name__)
-
-#: ``shardstream.loader.ENGINES``, named here: importing the loader imports torch, and the
-#: command line is built without it (``--help``; the missing-torch message).
 
 
 @dataclass(frozen=True)
@@ -330,10 +327,14 @@ def _profile_outputs(profile: dict[str, Any], png: str, *, table: bool) -> None:
 
     from ..telemetry.report import format_table
 
-    if table:
-        sys.stdout.write("\n" + format_table(profile["report"]))
     # In --json mode stdout holds the one JSON object: notes go to stderr.
     notes = sys.stdout if table else sys.stderr
+    why = no_timings(profile["report"])
+    if why is not None:
+        notes.write(f"\nprofile: {why}\n")
+        return
+    if table:
+        sys.stdout.write("\n" + format_table(profile["report"]))
     if have_matplotlib():
         write_png(profile["timeline"], profile["report"], png)
         notes.write(f"profile plot: {png}\n")

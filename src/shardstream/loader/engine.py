@@ -42,6 +42,11 @@ move values (to_tuple, rename, shuffle) leaves each JPEG to be decoded straight 
 the batch, in either mode (``decoders/deferred.py``): no copy of the decoded image, no array
 per image.
 
+Telemetry (``telemetry=True``): process mode reports through the internal :class:`WebLoader`;
+thread mode gives every copy of the pipeline it runs one recorder that the loader keeps, and
+times its batch maker and its training loop's wait per batch (``_telemetry.py``), so that
+``stats()`` adds up every epoch and still answers once the copies are gone, as process mode does.
+
 The state (``state_dict``/``load_state_dict``) has the format of :class:`WebLoader`'s
 (``_state.py``): exact with the same ``num_workers`` and world, elastic otherwise; ``num_threads``
 never enters it (a state saved with any number of threads restores with any other).
@@ -69,6 +74,7 @@ from ..telemetry.report import threads_verdict
 from ._arguments import check_dataloader_arguments, check_thread_mode
 from ._length import batch_count, loader_length
 from ._state import Live, fingerprint, loader_state, restore_plan
+from ._telemetry import LoaderTelemetry, TimedCollate, thread_telemetry
 from .buffers import ReusedBuffers
 from .device import PinnedMemory, Pinning, Prefetch, cuda, to_device
 from .lightning import join_running_trainer
@@ -81,6 +87,7 @@ log = logging.getLogger(__name__)
 
 
 _tuned = False
+_OFF = "telemetry is off: ss.Loader(..., telemetry=True) or SHARDSTREAM_TELEMETRY=1"
 
 
 def _tune_once() -> None:
@@ -235,7 +242,9 @@ class Loader:
         self.pin_memory, self.device = pin_memory, device
         self.persistent_workers = persistent_workers
         self.timeout, self.worker_timeout = timeout, worker_timeout
-        self._telemetry = telemetry
+        # Thread mode: the telemetry of every copy of the pipeline this loader runs, kept here so
+        # that stats() reports every epoch after its copy is gone (process mode: the WebLoader's).
+        self._thread_telemetry = thread_telemetry(dataset, telemetry) if num_workers == 0 else None
         self._tune = read_settings().tune_malloc_main if tune_malloc is None else tune_malloc
         self._threads: Threads | None = None  # thread mode: the pool kept between epochs
         self._copy: Any = None  # thread mode: the pipeline this loader runs (a private copy)
@@ -306,9 +315,8 @@ class Loader:
         self._last_epoch = epoch
         copy = self._copy
         if copy is None or not self.persistent_workers:
-            copy = self._copy = self.dataset.run_copy()
-            if self._telemetry is not None:
-                copy.with_telemetry(self._telemetry)
+            loop = self._thread_telemetry
+            copy = self._copy = self.dataset.run_copy(telemetry=loop.local if loop is not None else False)
         if restore is not None:  # positions and restores apply to the copy
             copy.restore_position(restore)
         else:
@@ -322,9 +330,15 @@ class Loader:
                 self._threads = pool
                 self._owned.append(pool)
         live = self._live = Live(epoch, [0], seen)
-        batches = _Batches(self, live, copy, pool, own_pool=pool is not None and pool is not self._threads)
-        self._runs.add(batches)
-        return self._to_device(batches)
+        own_pool = pool is not None and pool is not self._threads
+        if self._thread_telemetry is not None:
+            epoch_run: _Batches = _TimedBatches(
+                self, live, copy, pool, own_pool=own_pool, telemetry=self._thread_telemetry
+            )
+        else:
+            epoch_run = _Batches(self, live, copy, pool, own_pool=own_pool)
+        self._runs.add(epoch_run)
+        return self._to_device(epoch_run)
 
     def _fills(self) -> bool:
         """Whether this loader's default collation makes the batches: decode stages may then
@@ -357,18 +371,27 @@ class Loader:
 
     # -- telemetry -------------------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
-        """What this loader did, as plain data. Process mode: ``WebLoader.stats()`` (with
-        ``telemetry=True``), plus ``shared_buffers``: ``batches`` that came through the reused
-        buffers, small tensors sent ``inline`` in a batch's pickle, and ``fresh`` tensors that
-        came torch's way (a new segment each: the buffers were all held, or a dtype numpy
-        lacks). Thread mode: the pipeline's report in this process (``DataPipeline.stats()``),
-        with ``batch_buffers``: batches made in a ``reused`` buffer and those made in ``fresh``
-        memory because the training loop held every buffer, and ``threads``: each per-sample
-        stage's share of time blocked (waiting for the GIL)
-        while it ran on the threads, and ``threads_verdict``: whether threads run the stages in
-        parallel or a stage holds the GIL (Python code) and worker processes would help."""
+        """What this loader did, as plain data, over all its epochs (also after ``close()``).
+
+        Process mode: ``WebLoader.stats()`` (with ``telemetry=True``), plus ``shared_buffers``:
+        ``batches`` that came through the reused buffers, small tensors sent ``inline`` in a
+        batch's pickle, and ``fresh`` tensors that came torch's way (a new segment each: the
+        buffers were all held, or a dtype numpy lacks).
+
+        Thread mode: the same report of the copies of the pipeline this loader ran (they count
+        into the loader's recorder; no ``workers``): each stage's time and items, the batch
+        maker's time (in ``decode (into the batch)`` when JPEGs are decoded straight into the
+        batch, else ``collate``), and the training loop's wait for each batch, with the stages'
+        own counters (``skipped``, ``last_error``: also with telemetry off), ``batch_buffers``:
+        batches made in a ``reused`` buffer and those made in ``fresh`` memory because the
+        training loop held every buffer, ``threads``: each per-sample stage's share of time
+        blocked (waiting for the GIL) while it ran on the threads, and ``threads_verdict``:
+        whether threads run the stages in parallel or a stage holds the GIL (Python code) and
+        worker processes would help."""
         if self._workers is not None:
             report = dict(self._workers.stats())
+            if not report["telemetry"]:
+                report["verdict"] = _OFF  # (the WebLoader's names itself)
             if self._ring is not None:
                 ring = self._ring
                 report["shared_buffers"] = {
@@ -377,7 +400,10 @@ class Loader:
                     "fresh": ring.fresh,
                 }
             return report
-        report = dict((self._copy if self._copy is not None else self.dataset).stats())
+        loop = self._thread_telemetry
+        report = dict(self.dataset.add_stage_counters(loop.stats() if loop is not None else None))
+        if loop is None:
+            report["verdict"] = _OFF
         report["num_threads"] = self.num_threads
         report["batch_buffers"] = {"reused": self._buffers.reused, "fresh": self._buffers.fresh}
         report["threads_verdict"] = threads_verdict(report.get("threads", []), self.num_threads)
@@ -475,13 +501,16 @@ class _Batches:
         self.run = EpochRun(
             copy,
             batch_size=loader.batch_size,
-            collate=_collate_for(loader, pool),
+            collate=self._collate(loader, pool),
             drop_last=loader.drop_last,
             prefetch=loader.prefetch_factor,
             threads=pool,
             fills=loader._fills(),
             bound=float(bound if bound is not None else settings.worker_timeout),
         )
+
+    def _collate(self, loader: Loader, pool: Threads | None) -> Callable[[Any], Any]:
+        return _collate_for(loader, pool)
 
     def __iter__(self) -> _Batches:
         return self
@@ -521,6 +550,32 @@ class _Batches:
 
     def __del__(self) -> None:
         self.close()
+
+
+class _TimedBatches(_Batches):
+    """:class:`_Batches` with the training loop's wait for each batch timed (telemetry on), and
+    the batch maker's time counted (``TimedCollate``)."""
+
+    def __init__(
+        self,
+        loader: Loader,
+        live: Live,
+        copy: Any,
+        pool: Threads | None,
+        *,
+        own_pool: bool,
+        telemetry: LoaderTelemetry,
+    ) -> None:
+        self.telemetry = telemetry
+        self.first = True
+        super().__init__(loader, live, copy, pool, own_pool=own_pool)
+
+    def _collate(self, loader: Loader, pool: Threads | None) -> Callable[[Any], Any]:
+        return TimedCollate(super()._collate(loader, pool), self.telemetry)
+
+    def __next__(self) -> Any:
+        first, self.first = self.first, False
+        return self.telemetry.wait(super().__next__, first=first)
 
 
 class _FromBuffers:

@@ -8,7 +8,7 @@ from typing import Any
 
 from ..errors import StateError
 from .base import FunctionStage, IterNode, MapStage, Node, RunContext, Stage, StateDict
-from .instrument import instrument
+from .instrument import instrument, instrument_run
 from .parallel import build_parallel
 
 __all__ = ["ChainNode", "Pass", "build_nodes", "build_one"]
@@ -99,13 +99,16 @@ def build_nodes(
                 while j < len(stages) and isinstance(stages[j], MapStage):
                     j += 1
                 run = build_parallel(stages[i:j], node, ctx, state, contexts[i:j])
-                node, f, made_with, i = run[-1], stages[j - 1], contexts[j - 1], j
+                node = run[-1]
                 nodes.extend(run[:-1])
+                if ctx.telemetry is not None:
+                    instrument_run(ctx.telemetry, node, stages[i:j], contexts[i:j])
+                i = j
             else:
-                node, made_with = build_one(f, node, contexts[i], state), contexts[i]
+                node = build_one(f, node, contexts[i], state)
+                if ctx.telemetry is not None:
+                    instrument(ctx.telemetry, node, f, contexts[i])
                 i += 1
-            if ctx.telemetry is not None:
-                instrument(ctx.telemetry, node, f, made_with)
         except BaseException:
             for built in reversed(nodes):
                 built.close()

@@ -4,11 +4,14 @@
 (see :mod:`shardstream.telemetry.recorder` for what is timed and why); nothing is replaced when
 telemetry is off, so the hot path is then exactly the uninstrumented one. The reading node reads
 through a :class:`~shardstream.telemetry.io.TimedSource` (declared by :class:`ReadsSource`).
+:func:`instrument_run` does it for a run of per-sample stages on a loader's threads, one node
+that reports a row per stage.
 """
 
 from __future__ import annotations
 
 import inspect
+from collections.abc import Sequence
 from typing import Any
 
 from ..telemetry.clock import Slot, clocked, timed_map
@@ -21,7 +24,7 @@ from .decode import Decode
 from .labels import skip_counters, stage_kind, stage_label, stage_stats
 from .seams import CountsIO, ReadsSource
 
-__all__ = ["consumer", "instrument", "pipeline_stats"]
+__all__ = ["consumer", "instrument", "instrument_run", "pipeline_stats"]
 
 
 def instrument(rec: Recorder, node: Node, stage: Any, ctx: RunContext | None = None) -> None:
@@ -58,6 +61,32 @@ def instrument(rec: Recorder, node: Node, stage: Any, ctx: RunContext | None = N
     node._it = clocked(node._it, slot, rec)
 
 
+def instrument_run(
+    rec: Recorder, node: Node, stages: Sequence[MapStage], contexts: Sequence[RunContext]
+) -> None:
+    """Time ``node``, a run of per-sample stages on a loader's threads (``parallel.py``), built from
+    ``stages`` with ``contexts``: one row per stage in the report, numbered as every other stage
+    (as :func:`~.labels.leaf_stages` numbers them, so ``stats()["threads"]`` names the same rows).
+
+    The node is timed as a whole (a ``run`` slot: how long the thread reading the pipeline waits
+    for the run's items), and each stage gets a ``part`` slot of no time of its own: the report
+    shares the run's time among them by the wall time of their calls that the pool samples
+    anyway (:attr:`~shardstream.telemetry.stats.StageStats.thread_wall_ns`, for the GIL check),
+    so timing a run adds no work per item on the threads. A decode stage that defers its JPEGs
+    is labelled ``decode (into the batch)``, as in :func:`instrument`.
+    """
+    for stage, ctx in zip(stages, contexts, strict=True):
+        k = rec.stages_built
+        rec.stages_built += 1
+        label = stage_label(stage)
+        if isinstance(stage, Decode) and stage.defers(ctx):
+            label += INTO_BATCH
+        rec.slot(f"{k}:{label}", stage_kind(stage), "part", stage.stats)
+    slot = rec.slot(f"{k}:run on threads", "run", "run", None)
+    rec.layer = (node, slot, node._it, [])
+    node._it = clocked(node._it, slot, rec)
+
+
 def _unlayer(rec: Recorder, upstream: Node) -> Slot | None:
     """Take the timing layer off the node a map stage is built on, when it was the last layer
     put in and nothing has started (the map stage's loop then times its pulls instead); the
@@ -90,20 +119,29 @@ def _unstarted(it: Any) -> bool:
     return inspect.isgenerator(it) and inspect.getgeneratorstate(it) == inspect.GEN_CREATED
 
 
-def pipeline_stats(setting: Setting, steps: list[Any]) -> dict[str, Any]:
-    """``DataPipeline.stats()``: the report of this process, with every stage's skip counters."""
+def pipeline_stats(
+    setting: Setting, steps: list[Any], summary: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """``DataPipeline.stats()``: the report of this process, with every stage's skip counters.
+
+    ``summary``: the report of the counters made elsewhere, in place of this process's own: a
+    loader's (``ss.Loader``'s thread mode runs copies of the pipeline that count into its recorder,
+    and times its training loop's wait); ``None`` with ``setting`` off: the skip counters alone.
+    """
     skips = skip_counters(steps)
     errors = {label.partition(":")[0]: stats.last_error for label, stats in skips}
-    if isinstance(setting, Recorder):
-        report = summarize([setting.view()] if setting.slots else [])
-        for entry in report["stages"]:
-            if entry["kind"] not in ("io", "collate"):
-                entry["last_error"] = errors.get(entry["stage"].partition(":")[0])
+    if summary is None and isinstance(setting, Recorder):
+        summary = summarize([setting.view()] if setting.slots else [])
         if not setting.slots:
-            report["verdict"] = (
+            summary["verdict"] = (
                 "no data in this process yet: iterate the dataset here (its DataLoader workers "
                 "report through WebLoader(..., telemetry=True).stats())"
             )
+    if summary is not None:
+        report = summary
+        for entry in report["stages"]:
+            if entry["kind"] not in ("io", "collate"):
+                entry["last_error"] = errors.get(entry["stage"].partition(":")[0])
     else:
         report = {
             "telemetry": False,

@@ -119,7 +119,10 @@ class Recorder:
 
         Layout: ``(first_ns, last_ns, io_ns, io_bytes, opens, collate_ns, batches, retries,
         throttles, cache_hits, cache_misses, first_pull_ns)``, then per node ``(items,
-        estimated_ns, skipped)`` (the time of its pulls or of its function, I/O excluded).
+        estimated_ns, skipped)`` (the time of its pulls or of its function, I/O excluded). A
+        ``part`` slot (a stage of a run on a loader's threads, timed as a whole by the ``run``
+        slot after it) has no items of its own and, in place of a time, the wall time the pool
+        sampled of its calls: its weight when the report shares the run's time.
         """
         counter = self._retries
         hits = misses = 0
@@ -135,7 +138,11 @@ class Recorder:
                 first = s.first
             if s.last > last:
                 last = s.last
-            per_node += (s.count(), s.estimate(), s.stats.skipped if s.stats is not None else 0)
+            skipped = s.stats.skipped if s.stats is not None else 0
+            if s.mode == "part":  # a stage of a run on threads: the pool's sample of its calls
+                per_node += (0, s.stats.thread_wall_ns if s.stats is not None else 0, skipped)
+            else:
+                per_node += (s.count(), s.estimate(), skipped)
         out = (
             first,
             last,
