@@ -1,12 +1,13 @@
 """bench_auto: what ss.Loader's automatic mode measures on bench_loader's pipelines, and what it picks.
 
 ``ss.Loader(dataset, batch_size=...)`` without counts measures its first batches in thread mode
-(``loader/_auto.py``): the GIL's share of the time, the loader threads' time on a core and waiting
-for one, and their ratio, the share of the loader's work done holding the GIL; that share times
-the threads decides threads or processes. This script reports those numbers per pipeline and
-round, with the machine's load average beside them (the shares of the time move with the load;
-the share of the work should not), so that the bound (``GIL_BOUND``) can be checked against the
-pipelines of ``bench_loader.py``, whose rows say which configuration is fastest:
+(``loader/_auto.py``): the GIL's share of the time, the loader threads' time on a core and
+waiting for one, and their ratio, the share of the loader's work done holding the GIL; that
+share times the threads decides threads or processes (``loader/_choice.py``). This script
+reports those numbers per pipeline and round, with the machine's load average beside them (the
+shares of the time move with the load; the share of the work should not), so that the bound
+(``GIL_BOUND``) can be checked against the pipelines of ``bench_loader.py``, whose rows say which
+configuration is fastest:
 
 * **pipelines**: bench_loader's images (2,000 256x256 JPEGs: a simplejpeg ``map_dict``, the
   ``decode("rgb8")`` stage, a Pillow ``map_dict``), tiny samples and video clips, and three
@@ -174,7 +175,7 @@ def main() -> None:
     args = parser.parse_args()
     from _ceiling import load_jpegs
 
-    from shardstream.loader._auto import GIL_BOUND
+    from shardstream.loader._choice import GIL_BOUND
     from shardstream.loader._cores import detect_cores
 
     cases = pipelines(args)

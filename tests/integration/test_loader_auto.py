@@ -22,7 +22,7 @@ from _resume_cases import write_shards
 
 import shardstream as ss
 from shardstream.loader import _auto
-from shardstream.loader._auto import GIL_BOUND
+from shardstream.loader._choice import GIL_BOUND
 from shardstream.loader._cores import detect_cores
 
 COUNTS = [250] * 8  # 2,000 samples

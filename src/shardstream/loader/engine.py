@@ -3,7 +3,8 @@
 * neither ``num_workers`` nor ``num_threads`` given (the default): the loader chooses, by
   measuring its first batches in thread mode on the cores it may use, and switches to worker
   processes (with threads in each on many cores) when the pipeline's Python keeps the GIL busy
-  (``_auto.py``; the cores: ``_cores.py``). Either count given: exactly what is asked.
+  (``_auto.py``; the rule: ``_choice.py``; the cores: ``_cores.py``). Either count given: exactly
+  what is asked.
 * ``num_workers=0`` (thread mode): a producer thread reads and batches (``threads.py``); the
   pipeline's per-sample stages run on ``num_threads`` threads, in order. No process starts, no
   batch crosses a process boundary, and batches are exactly the one-thread ones. The default

@@ -1,4 +1,4 @@
-"""The automatic mode's choice (loader/_auto.py) as a function of the cores a loader may use and
+"""The automatic mode's choice (loader/_choice.py) as a function of the cores a loader may use and
 what it measured: threads below the bound, processes (with threads each on many cores) above it,
 never more cores than it may use; the choices that need no measurement."""
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from shardstream.loader._auto import BUSY_CORES, GIL_BOUND, Measured, choose, initial
+from shardstream.loader._choice import BUSY_CORES, GIL_BOUND, Measured, choose, initial
 from shardstream.loader._cores import Cores, usable_cores
 
 
