@@ -24,6 +24,9 @@ runs once per round in alternating order (``--rounds``), every pass reading the 
 * **shardstream WebLoader(2 workers)**: today's torch DataLoader path;
 * **ss.Loader, threads**: one process, ``num_threads`` threads for the per-sample stages;
 * **ss.Loader, processes**: 2 worker processes (persistent, as the default);
+* **ss.Loader, automatic**: neither count given: the loader measures its first batches in thread
+  mode and picks threads, processes or both for the cores it may use (``loader/_auto.py``); the
+  row's name says what it picked (its first pass includes the measurement and any switch);
 * **reference**: the JPEGs already in memory decoded on ``num_threads`` threads straight into
   batches in 5 reused buffers, no reading and no pipeline (``_ceiling.ThreadDecodeBatches``): what
   thread mode could reach if everything but the decode and the writing of batches cost nothing;
@@ -35,22 +38,22 @@ applied as a ``map_dict`` on the raw ``jpg`` bytes (in the peers' ``__getitem__`
 differences are the engines; the report gives SPDL's decoder's CPU per image next to that
 function's. The peers are optional: one that is not installed is skipped with a note and its
 install line (``benchmarks/README.md`` has them all).
-With simplejpeg, two more rows run ss.Loader (threads, processes) over shardstream's own
+With simplejpeg, three more rows run ss.Loader (threads, processes, automatic) over shardstream's own
 ``decode("rgb8", jpeg_backend="simplejpeg")`` stage, the same library: a map's function returns
 its own array, which collation copies into the batch, while the decode stage lets the loader
 decode each JPEG straight into its row of the batch (``decoders/deferred.py``).
 
 **tiny**: 50,000 samples of a ~60-byte JSON label and a 16-byte payload (``--tiny-count``), where
 the cost per sample of the engine dominates; the same two functions on every side (label to an
-int, payload to a uint8 array), batches of 32. ss.Loader (threads, processes), WebLoader and
+int, payload to a uint8 array), batches of 32. ss.Loader (threads, processes, automatic), WebLoader and
 webdataset + DataLoader, 2 workers each, and LitData and Mosaic Streaming over the same samples in
 their own formats (built and read as in the images section); the reference is today's WebLoader
 (the target: ss.Loader >= 1.5x, printed under the table).
 
 **video**: 96 samples over 24 distinct 8 s 640x360 H.264 videos (``--videos``, ``--video-unique``),
 one random 8-frame clip each, decoded by shardstream's ``VideoClips`` stage (seeking, one FFmpeg
-thread unless ``--ffmpeg-threads``), batches of 8: ss.Loader (threads, processes), WebLoader(2
-workers), and webdataset + DataLoader(2 workers). webdataset's own video decoder
+thread unless ``--ffmpeg-threads``), batches of 8: ss.Loader (threads, processes, automatic),
+WebLoader(2 workers), and webdataset + DataLoader(2 workers). webdataset's own video decoder
 (``torch_video``) needs torchvision's ``read_video`` (gone from torchvision) and decodes whole
 files; its row calls the same ``VideoClips`` object on each sample in a ``map``, so it measures
 webdataset's engine around our decoder. The reference is WebLoader.
@@ -247,12 +250,15 @@ class ClipSample:
 
 class Case:
     """A loader made once per round; a pass iterates it once (workers persist between passes).
-    ``notes``: lines the report prints under its section's heading (how a peer is built)."""
+    ``notes``: lines the report prints under its section's heading (how a peer is built).
+    ``chose``: for ``ss.Loader``'s automatic rows, what it picked in each round (the row's name
+    in the report lists them)."""
 
     def __init__(
         self, name: str, make: Callable[[], Any], expect: int = COUNT, notes: tuple[str, ...] = ()
     ) -> None:
         self.name, self.make, self.expect, self.notes = name, make, expect, notes
+        self.chose: list[str] = []
         self.rates: list[float] = []
         self.first: list[float] = []
         self.pss: list[int] = []  # the peak PSS of the process tree in each round
@@ -290,6 +296,9 @@ class Case:
                 # the loader and its workers still alive; after the last pass, so that a loader
                 # that prefetches the next epoch gains no head start on a timed pass.
                 memory.sample()
+                picked = automatic_choice(loader)
+                if picked is not None:
+                    self.chose.append(picked)
             finally:
                 shut(loader)
         self.pss.append(memory.pss)
@@ -301,6 +310,23 @@ class Skipped(NamedTuple):
 
     name: str
     why: str
+
+
+def automatic_choice(loader: Any) -> str | None:
+    """What an ``ss.Loader`` in its automatic mode picked (``"2 processes x 1 thread"``), or
+    ``None`` for any other loader."""
+    import shardstream as ss
+
+    if not isinstance(loader, ss.Loader):
+        return None
+    auto = loader.stats()["auto"]
+    if auto is None:
+        return None
+    if auto["state"] != "chosen":
+        return "still measuring"
+    if auto["num_workers"] == 0:
+        return f"{auto['num_threads']} threads"
+    return f"{auto['num_workers']} processes x {auto['num_threads']} thread(s)"
 
 
 def shut(loader: Any) -> None:
@@ -375,6 +401,13 @@ def processes_row(images: Images) -> Case:
     return Case("ss.Loader, 2 processes", lambda: ss.Loader(_ours(images), batch_size=BATCH, num_workers=2))
 
 
+def auto_row(images: Images) -> Case:
+    """``ss.Loader`` with no counts: it picks for the cores it may use (``loader/_auto.py``)."""
+    import shardstream as ss
+
+    return Case("ss.Loader, automatic", lambda: ss.Loader(_ours(images), batch_size=BATCH))
+
+
 def _staged(images: Images) -> Any:
     """shardstream's own ``decode("rgb8")`` stage with simplejpeg, the same library as the other
     rows' function: it decodes each JPEG straight into its row of the batch (no copy)."""
@@ -406,6 +439,14 @@ def stage_processes_row(images: Images) -> Case | None:
         "ss.Loader, 2 processes, decode stage",
         lambda: ss.Loader(_staged(images), batch_size=BATCH, num_workers=2),
     )
+
+
+def stage_auto_row(images: Images) -> Case | None:
+    import shardstream as ss
+
+    if images.decoder != "simplejpeg":
+        return None
+    return Case("ss.Loader, automatic, decode stage", lambda: ss.Loader(_staged(images), batch_size=BATCH))
 
 
 def memory_row(images: Images) -> Case | None:
@@ -587,8 +628,10 @@ IMAGE_ROWS: tuple[Callable[[Images], Case | Skipped | None], ...] = (
     webloader_row,
     threads_row,
     processes_row,
+    auto_row,
     stage_threads_row,
     stage_processes_row,
+    stage_auto_row,
     memory_row,
     bound_row,
 )
@@ -678,6 +721,7 @@ def tiny_cases(urls: list[str], count: int, threads: int) -> list[Case]:
             count,
         ),
         Case("ss.Loader, 2 processes", lambda: ss.Loader(ours(), batch_size=BATCH, num_workers=2), count),
+        Case("ss.Loader, automatic", lambda: ss.Loader(ours(), batch_size=BATCH), count),
     ]
 
 
@@ -720,6 +764,7 @@ def video_cases(urls: list[str], videos: int, threads: int, ffmpeg_threads: int 
             lambda: ss.Loader(ours(), batch_size=VIDEO_BATCH, num_workers=2),
             videos,
         ),
+        Case("ss.Loader, automatic", lambda: ss.Loader(ours(), batch_size=VIDEO_BATCH), videos),
     ]
 
 
@@ -815,12 +860,45 @@ def table(cases: list[Case], unit: str, refs: list[tuple[str, Case]], passes: in
     ref_rates = [statistics.median(ref.rates) for _, ref in refs]
     for case in cases:
         rate = statistics.median(case.rates)
-        row = f"| {case.name} | {rate:,.0f} |"
+        chose = f" (chose {', '.join(sorted(set(case.chose)))})" if case.chose else ""
+        row = f"| {case.name}{chose} | {rate:,.0f} |"
         row += f" {share(case, passes):.0%} | {rate / best:.0%} |" if ceiling else ""
         row += "".join(f" {rate / ref:.2f}x |" for ref in ref_rates)
         row += f" {1000 * statistics.median(case.first):.0f} |"
         row += f" {max(case.pss) / 2**20:,.0f} | {max(case.rss) / 2**20:,.0f} |"
         lines.append(row)
+    return lines
+
+
+AUTO = "ss.Loader, automatic"
+
+
+def auto_lines(cases: list[Case]) -> list[str]:
+    """For each automatic row: its median rate over the best hand-picked ``ss.Loader`` row's over
+    the same pipeline (the decode-stage rows for the decode-stage one), against issue 46's target
+    of 90%."""
+    lines = []
+    for auto in cases:
+        if not auto.name.startswith(AUTO):
+            continue
+        suffix = auto.name[len(AUTO) :]
+        peers = [
+            c
+            for c in cases
+            if c.name.startswith("ss.Loader, ")
+            and not c.name.startswith(AUTO)
+            and c.name.endswith(suffix)
+            and (suffix or "decode stage" not in c.name)
+        ]
+        if not peers:
+            continue
+        best = max(peers, key=lambda c: statistics.median(c.rates))
+        ratio = statistics.median(auto.rates) / statistics.median(best.rates)
+        chose = ", ".join(sorted(set(auto.chose))) or "?"
+        lines.append(
+            f"- {auto.name} chose {chose}: {ratio:.0%} of the best hand-picked row ({best.name}); "
+            f"target >= 90%: {'met' if ratio >= 0.9 else 'missed'}"
+        )
     return lines
 
 
@@ -853,7 +931,7 @@ def images_section(args: argparse.Namespace) -> list[str]:
         *(f"- {row.name}: {row.why}" for row in skipped),
         f"- {MEMORY_NOTE}. {PEER_IMPORTS_NOTE}",
     ]
-    lines += ["", *table(cases, "samples", [("webdataset", cases[0])], args.passes)]
+    lines += ["", *table(cases, "samples", [("webdataset", cases[0])], args.passes), "", *auto_lines(cases)]
     return lines
 
 
@@ -888,7 +966,7 @@ def tiny_section(args: argparse.Namespace) -> list[str]:
             f"- {case.name}: {ratio:.2f}x today's WebLoader (medians; {per_round:.2f}x as the median "
             f"of the ratios of adjacent passes); target >= 1.5x: {verdict}"
         )
-    return lines
+    return lines + auto_lines(cases)
 
 
 def video_section(args: argparse.Namespace) -> list[str]:
@@ -908,6 +986,8 @@ def video_section(args: argparse.Namespace) -> list[str]:
         f"- {MEMORY_NOTE}",
         "",
         *table(cases, "clips", [("WebLoader", cases[0]), ("webdataset", cases[1])]),
+        "",
+        *auto_lines(cases),
     ]
 
 

@@ -121,6 +121,7 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
             "SLURM_PROCID",
             "SLURM_NTASKS",
             "SLURM_LOCALID",
+            "SLURM_CPUS_PER_TASK",  # the automatic loader's cores (loader/_cores.py)
             # the cloud stores' own variables (gs://, az://, hf://): tests set what they need
             "STORAGE_EMULATOR_HOST",
             "GOOGLE_APPLICATION_CREDENTIALS",

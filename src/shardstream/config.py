@@ -390,13 +390,20 @@ def store_env(environ: Mapping[str, str] | None = None) -> StoreEnv:
 
 @dataclass(frozen=True)
 class LauncherEnv:
-    """Rank variables set by a launcher (torchrun first, then SLURM); ``None`` where unset."""
+    """Rank variables set by a launcher (torchrun first, then SLURM); ``None`` where unset.
+
+    ``cpus_per_task`` is SLURM's ``SLURM_CPUS_PER_TASK`` (``--cpus-per-task``), read whichever
+    launcher started the ranks: the CPUs of one SLURM task, which holds one rank when SLURM
+    started the ranks and all of a node's ranks when torchrun did inside the task
+    (``ss.Loader``'s automatic mode shares it out accordingly, ``loader/_cores.py``).
+    """
 
     rank: int | None = None
     world_size: int | None = None
     local_rank: int | None = None
     local_world_size: int | None = None
     source: str = "none"
+    cpus_per_task: int | None = None
 
 
 def _int(env: Mapping[str, str], name: str) -> int | None:
@@ -410,8 +417,10 @@ def _int(env: Mapping[str, str], name: str) -> int | None:
 
 
 def launcher_env(environ: Mapping[str, str] | None = None) -> LauncherEnv:
-    """Read torchrun's (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE) or SLURM's variables."""
+    """Read torchrun's (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE) or SLURM's variables,
+    and SLURM_CPUS_PER_TASK in either case."""
     env = os.environ if environ is None else environ
+    cpus = _int(env, "SLURM_CPUS_PER_TASK")
     if "RANK" in env and "WORLD_SIZE" in env:
         return LauncherEnv(
             _int(env, "RANK"),
@@ -419,6 +428,7 @@ def launcher_env(environ: Mapping[str, str] | None = None) -> LauncherEnv:
             _int(env, "LOCAL_RANK"),
             _int(env, "LOCAL_WORLD_SIZE"),
             "torchrun",
+            cpus,
         )
     if "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
         # SLURM writes uniform layouts as "4" and compressed ones as "2(x3)" or "4(x2),2": the
@@ -432,5 +442,6 @@ def launcher_env(environ: Mapping[str, str] | None = None) -> LauncherEnv:
             _int(env, "SLURM_LOCALID"),
             ntasks_per_node,
             "slurm",
+            cpus,
         )
-    return LauncherEnv()
+    return LauncherEnv(cpus_per_task=cpus)

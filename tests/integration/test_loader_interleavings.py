@@ -86,7 +86,7 @@ def _skipped(loader: ss.Loader) -> int:
 
 
 def test_batches_skips_and_positions_are_the_one_thread_ones(text_urls: list[str]) -> None:
-    with ss.Loader(_text_pipeline(text_urls), batch_size=3) as one:
+    with ss.Loader(_text_pipeline(text_urls), batch_size=3, num_threads=1) as one:
         reference = [list(_keys(one)), list(_keys(one))]
         skipped = _skipped(one)
     assert skipped > 0 and reference[0] != reference[1]
@@ -105,7 +105,7 @@ def test_batches_skips_and_positions_are_the_one_thread_ones(text_urls: list[str
             head = [next(it) for _ in range(stop_at)]
             state = json.loads(json.dumps(loader.state_dict()))
         assert head == flat[:stop_at]
-        with ss.Loader(_text_pipeline(text_urls), batch_size=3) as resumed:
+        with ss.Loader(_text_pipeline(text_urls), batch_size=3, num_threads=1) as resumed:
             resumed.load_state_dict(state)
             assert list(_keys(resumed)) == flat[stop_at:], f"resumed after {stop_at} batches"
 

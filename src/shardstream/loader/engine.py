@@ -1,5 +1,10 @@
 """``ss.Loader``: the native loader, with threads in one process, worker processes, or both.
 
+* neither ``num_workers`` nor ``num_threads`` given (the default): the loader chooses, by
+  measuring its first batches in thread mode on the cores it may use, and switches to worker
+  processes (with threads in each on many cores) when the pipeline's Python keeps the GIL busy
+  (``_auto.py``; the rule: ``_choice.py``; the cores: ``_cores.py``). Either count given: exactly
+  what is asked.
 * ``num_workers=0`` (thread mode): a producer thread reads and batches (``threads.py``); the
   pipeline's per-sample stages run on ``num_threads`` threads, in order. No process starts, no
   batch crosses a process boundary, and batches are exactly the one-thread ones. The default
@@ -70,8 +75,10 @@ from ..pipeline.batch import BatchMemory, default_collation_fn
 from ..pipeline.parallel import Threads
 from ..pipeline.pipeline import close_iterator
 from ..pipeline.seams import LoaderDataset
+from ..telemetry.gil import gil_enabled
 from ..telemetry.report import threads_verdict
-from ._arguments import check_dataloader_arguments, check_thread_mode
+from ._arguments import check_automatic_mode, check_dataloader_arguments, check_thread_mode
+from ._auto import AutoMode
 from ._length import batch_count, loader_length
 from ._state import Live, fingerprint, loader_state, restore_plan
 from ._telemetry import LoaderTelemetry, TimedCollate, thread_telemetry
@@ -130,8 +137,11 @@ class Loader:
             ``DataPipeline``, video clips, ...); the loader never changes it.
         batch_size: samples per batch; ``None`` when the pipeline batches (``.batched(n)``).
 
-        num_threads: threads for the per-sample stages (decode, map, to_tuple), per process.
-        num_workers: worker processes (0: everything in this process, "thread mode").
+        num_threads: threads for the per-sample stages (decode, map, to_tuple), per process;
+            default 1 when ``num_workers`` is given.
+        num_workers: worker processes (0: everything in this process, "thread mode"); default
+            0 when ``num_threads`` is given. With neither, the loader chooses both by measuring
+            its first batches (``_auto.py``): logged once, in ``stats()["auto"]``.
         shm: process mode: workers stack batches into shared-memory buffers allocated once and
             reused, each returning to its worker when the training loop drops the batch
             (``shm.py``); ``False``: a fresh segment per batch, torch's way. Linux only.
@@ -188,8 +198,8 @@ class Loader:
         dataset: Any,
         batch_size: int | None = None,
         *,
-        num_threads: int = 1,
-        num_workers: int = 0,
+        num_threads: int | None = None,
+        num_workers: int | None = None,
         collate_fn: Callable[[Any], Any] | None = None,
         drop_last: bool = False,
         prefetch_factor: int | None = None,
@@ -215,6 +225,17 @@ class Loader:
                 f"ss.Loader runs shardstream pipelines (Dataset, WebDataset, DataPipeline, ObjectStream); "
                 f"got {type(dataset).__name__}. Wrap other iterables in DataPipeline(iterable, ...)"
             )
+        auto = None
+        if num_threads is None and num_workers is None:
+            check_automatic_mode(
+                worker_init_fn=worker_init_fn,
+                multiprocessing_context=multiprocessing_context,
+                generator=generator,
+            )
+            auto = AutoMode(dataset)
+            num_threads, num_workers = auto.num_threads, 0
+        num_threads = 1 if num_threads is None else num_threads
+        num_workers = 0 if num_workers is None else num_workers
         if num_threads < 1 or num_workers < 0:
             raise ValueError(f"{num_threads=} must be at least 1 and {num_workers=} at least 0")
         if batch_size is not None and batch_size < 1:
@@ -245,6 +266,7 @@ class Loader:
         # Thread mode: the telemetry of every copy of the pipeline this loader runs, kept here so
         # that stats() reports every epoch after its copy is gone (process mode: the WebLoader's).
         self._thread_telemetry = thread_telemetry(dataset, telemetry) if num_workers == 0 else None
+        self._telemetry = telemetry  # process mode (also after the automatic mode's switch)
         self._tune = read_settings().tune_malloc_main if tune_malloc is None else tune_malloc
         self._threads: Threads | None = None  # thread mode: the pool kept between epochs
         self._copy: Any = None  # thread mode: the pipeline this loader runs (a private copy)
@@ -260,46 +282,70 @@ class Loader:
         # Thread mode: batches made in buffers that stay mapped (the queue, the pool's batches,
         # the one the loop holds, the one it held until the next arrives, the device copy).
         self._buffers = ReusedBuffers(self.prefetch_factor + 4)
+        self._shm = shm
+        self._process_arguments = (worker_init_fn, multiprocessing_context, generator)
+        self._auto = auto  # the automatic choice (None: the counts were given)
         if num_workers > 0:
-            from .loader import WebLoader
-            from .processes import WorkerSetup
-
-            directory = ring_directory() if shm else None
-            ring = None
-            collate = self.collate_fn
-            if directory is not None:
-                token = new_token()
-                self._ring = MainRing(directory, token, pin=pin_memory and cuda() is not None)
-                ring = RingWorkers(directory, token, budget=self.prefetch_factor + 3)
-                collate = RingHandOff(collate)
-            self._workers = WebLoader(
-                dataset,
-                batch_size=batch_size,
-                num_workers=num_workers,
-                collate_fn=collate,
-                drop_last=drop_last,
-                prefetch_factor=self.prefetch_factor,
-                persistent_workers=persistent_workers,
-                pin_memory=pin_memory and ring is None,  # with buffers: pinned by the main side
-                timeout=timeout,
-                worker_timeout=worker_timeout,
-                multiprocessing_context=multiprocessing_context,
-                generator=generator,
-                telemetry=telemetry,
-                worker_init_fn=WorkerSetup(num_threads, ring, fills=self._fills(), then=worker_init_fn),
-            )
+            self._start_workers()
         self._owned: list[Any] = []  # what close() (or garbage collection) stops: the thread pool
         weakref.finalize(self, _close_all, self._runs, self._owned)
+        if auto is not None:
+            weakref.finalize(self, auto.close)
+
+    def _start_workers(self) -> None:
+        """Process mode: the WebLoader that runs ``num_workers`` worker processes (with
+        ``num_threads`` each), and the reused shared-memory buffers their batches come in."""
+        from .loader import WebLoader
+        from .processes import WorkerSetup
+
+        worker_init_fn, multiprocessing_context, generator = self._process_arguments
+        directory = ring_directory() if self._shm else None
+        ring = None
+        collate = self.collate_fn
+        if directory is not None:
+            token = new_token()
+            self._ring = MainRing(directory, token, pin=self.pin_memory and cuda() is not None)
+            ring = RingWorkers(directory, token, budget=self.prefetch_factor + 3)
+            collate = RingHandOff(collate)
+        self._workers = WebLoader(
+            self.dataset,
+            batch_size=self.batch_size,
+            num_workers=self.num_workers,
+            collate_fn=collate,
+            drop_last=self.drop_last,
+            prefetch_factor=self.prefetch_factor,
+            persistent_workers=self.persistent_workers,
+            pin_memory=self.pin_memory and ring is None,  # with buffers: pinned by the main side
+            timeout=self.timeout,
+            worker_timeout=self.worker_timeout,
+            multiprocessing_context=multiprocessing_context,
+            generator=generator,
+            telemetry=self._telemetry,
+            worker_init_fn=WorkerSetup(self.num_threads, ring, fills=self._fills(), then=worker_init_fn),
+        )
+        self._workers.trainer_attached = self._attached
+
+    def _become_processes(self, num_workers: int, num_threads: int) -> None:
+        """The automatic mode's switch (``_auto.py``): stop thread mode (its epochs, its pool, its
+        copy of the pipeline; first, so that no thread of it runs when the workers start), then
+        make the ``num_workers`` worker processes, started at the next ``iter()``."""
+        for run in list(self._runs):
+            run.close()
+        pool, self._threads = self._threads, None
+        if pool is not None:
+            self._owned.remove(pool)
+            pool.close()
+        self._copy = None
+        self.num_workers, self.num_threads = num_workers, num_threads
+        self._start_workers()
 
     # -- iterating -------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:
-        join_running_trainer()
+        trainer = join_running_trainer()
+        if self._auto is not None:
+            self._auto.before_epoch(self, trainer)  # a switch to processes may wait for an epoch's start
         if self._workers is not None:
-            batches: Iterator[Any] = iter(self._workers)
-            if self._ring is not None:
-                self._ring.forget_exited()
-                batches = _FromBuffers(self, batches, self._ring)
-            return self._to_device(batches)
+            return self._to_device(self._process_batches())
         for run in list(self._runs):  # a new epoch ends the one still running
             run.close()
         seen: list[Any] = [None]
@@ -338,7 +384,17 @@ class Loader:
         else:
             epoch_run = _Batches(self, live, copy, pool, own_pool=own_pool)
         self._runs.add(epoch_run)
+        if self._auto is not None and self._auto.measuring:
+            return self._to_device(self._auto.watch(self, epoch_run))
         return self._to_device(epoch_run)
+
+    def _process_batches(self) -> Iterator[Any]:
+        """Process mode: the worker processes' batches of the next epoch."""
+        batches: Iterator[Any] = iter(self._workers)
+        if self._ring is not None:
+            self._ring.forget_exited()
+            batches = _FromBuffers(self, batches, self._ring)
+        return batches
 
     def _fills(self) -> bool:
         """Whether this loader's default collation makes the batches: decode stages may then
@@ -387,7 +443,13 @@ class Loader:
         training loop held every buffer, ``threads``: each per-sample stage's share of time
         blocked (waiting for the GIL) while it ran on the threads, and ``threads_verdict``:
         whether threads run the stages in parallel or a stage holds the GIL (Python code) and
-        worker processes would help."""
+        worker processes would help.
+
+        Both modes: ``gil_enabled`` (False on a free-threaded interpreter running without it),
+        and ``auto``: the automatic mode's choice (``state``: ``measuring`` or ``chosen``;
+        ``num_workers``, ``num_threads``, ``why``, ``switched``, the ``cores`` it may use and
+        where that bound came from, and what it ``measured``: the GIL's share of the time, the
+        loop's wait, the loader threads' CPU), or ``None`` when the counts were given."""
         if self._workers is not None:
             report = dict(self._workers.stats())
             if not report["telemetry"]:
@@ -399,14 +461,16 @@ class Loader:
                     "inline": ring.inline,
                     "fresh": ring.fresh,
                 }
-            return report
-        loop = self._thread_telemetry
-        report = dict(self.dataset.add_stage_counters(loop.stats() if loop is not None else None))
-        if loop is None:
-            report["verdict"] = _OFF
-        report["num_threads"] = self.num_threads
-        report["batch_buffers"] = {"reused": self._buffers.reused, "fresh": self._buffers.fresh}
-        report["threads_verdict"] = threads_verdict(report.get("threads", []), self.num_threads)
+        else:
+            loop = self._thread_telemetry
+            report = dict(self.dataset.add_stage_counters(loop.stats() if loop is not None else None))
+            if loop is None:
+                report["verdict"] = _OFF
+            report["num_threads"] = self.num_threads
+            report["batch_buffers"] = {"reused": self._buffers.reused, "fresh": self._buffers.fresh}
+            report["threads_verdict"] = threads_verdict(report.get("threads", []), self.num_threads)
+        report["gil_enabled"] = gil_enabled()
+        report["auto"] = self._auto.report() if self._auto is not None else None
         return report
 
     # -- state -----------------------------------------------------------------------------------
@@ -435,7 +499,11 @@ class Loader:
         """The position after the last batch yielded (``WebLoader``'s format; see ``_state.py``);
         under a Lightning Trainer, after the last batch trained on, with every rank's state."""
         if self._workers is not None:
-            self._workers.held = self._held()
+            held = self._held()
+            across = self._auto.state_across_switch(self, held) if self._auto is not None else None
+            if across is not None:  # the untaken batches reach back before a switch to processes
+                return across
+            self._workers.held = held
             return dict(self._workers.state_dict())
         if self._pending is not None:
             return dict(self._pending["state"])
@@ -467,6 +535,8 @@ class Loader:
     # -- stopping --------------------------------------------------------------------------------
     def close(self) -> None:
         """Stop every running epoch, join every thread, shut worker processes down."""
+        if self._auto is not None:
+            self._auto.close()
         if self._workers is not None:
             self._workers.close()
         if self._ring is not None:
