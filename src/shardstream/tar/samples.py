@@ -131,14 +131,15 @@ class TarFormat:
         """Samples in shard ``url``; decodes nothing.
 
         A local, uncompressed shard (a plain path or ``file://`` URL that ``source`` opens as a
-        file) is counted from its headers alone (:func:`.walk.walk_members`: one small read per
-        member, the data skipped), with the same grouping and the same errors as a full read.
+        file) is counted from its headers (:func:`.walk.walk_members`: a small read per header
+        past a large member's data; small members are read through in windows), with the same
+        grouping and the same errors as a full read.
         The others are read whole: compressed shards (a ``.gz``/``.tgz`` name or gzip content:
         their headers are only found by inflating), formats with ``select_files`` or
         ``rename_files``, and remote shards, through the cache or not (their headers would be a
         request each).
         """
-        stream = source.open(url)
+        stream, _ = self.open(source, url)
         fd = None
         if self.select_files is None and self.rename_files is None:
             fd = walkable(stream, url)
