@@ -10,7 +10,14 @@ Four measurements, best and median of ``--rounds`` (the machine is shared):
 3. 1M remote names checked against the ``_info.json`` beside them (a ``memory://`` store, so the
    figure is the check's own work, not a network's);
 4. the counting pass ``split="equal"`` (and the several-rank default) runs over local shards
-   without an index: MB/s and seconds per GB, against reading the counts from an ``_info.json``.
+   without an index: the header walk it uses (``tar/walk.py``: a small read per member, the data
+   skipped; sequential windows over members of at most 64 KiB) beside the full read it replaced
+   (every byte through the tar reader), on the same shards, with the page cache warm and cold
+   (``posix_fadvise(DONTNEED)`` on every shard before each round; the shards are fsync-ed first
+   so that the pages can be dropped), against reading the counts from an ``_info.json``. Four
+   sets of shards: members of 16 KiB (read through in windows), of 128 KiB (an image's size) and
+   1 MiB (a header read each), and of 100 bytes, the walk's worst case (its headers are half the
+   bytes).
 
     python benchmarks/bench_specs.py --markdown benchmarks/results/bench_specs.md
 """
@@ -33,8 +40,10 @@ from _common import emit_report, machine_line  # noqa: E402
 import shardstream as ss  # noqa: E402
 from shardstream.datasets.specs import resolve_shards  # noqa: E402
 from shardstream.readers.counts import clear_cache, shard_counts  # noqa: E402
+from shardstream.sources import Source  # noqa: E402
 from shardstream.sources.memory import memory_store  # noqa: E402
 from shardstream.tar.index import IndexEntry, write_index  # noqa: E402
+from shardstream.tar.samples import TarFormat  # noqa: E402
 
 
 def timed(fn: Callable[[], object], rounds: int) -> tuple[float, float]:
@@ -85,29 +94,76 @@ def indexed_rows(rounds: int, n: int) -> list[str]:
     ]
 
 
-def counting_rows(directory: Path, rounds: int, shards: int, samples: int, size: int) -> list[str]:
+class FullRead(TarFormat):
+    """The counting pass as it was before the header walk: every byte through the tar reader."""
+
+    def count(self, source: Source, url: str) -> int:
+        return sum(1 for _ in self.samples(source, url))
+
+
+def write_shards(directory: Path, shards: int, samples: int, size: int) -> list[str]:
     directory.mkdir(parents=True, exist_ok=True)
     with ss.ShardWriter(str(directory / "c-%06d.tar"), maxcount=samples, index=False) as sink:
         for i in range(shards * samples):
             sink.write({"__key__": f"k{i:07d}", "bin": bytes(size)})
     urls = sorted(str(p) for p in directory.glob("c-*.tar"))
-    total = sum(os.path.getsize(u) for u in urls)
+    for url in urls:  # written back, so that posix_fadvise(DONTNEED) can drop the pages
+        fd = os.open(url, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    return urls
 
+
+def drop_cache(urls: list[str]) -> None:
+    """Evict the shards' pages from the page cache (they are clean: see ``write_shards``)."""
+    for url in urls:
+        fd = os.open(url, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def count_with(urls: list[str], fmt: TarFormat, cold: bool) -> Callable[[], object]:
     def count() -> object:
         clear_cache()
-        return shard_counts(urls)
+        if cold:
+            drop_cache(urls)
+        return shard_counts(urls, format=fmt)  # the pass of split="equal", len() and the planner
 
-    counted = timed(count, rounds)
-    write_index(str(directory), [IndexEntry(url=Path(u).name, samples=samples, bytes=-1) for u in urls])
-    indexed = timed(lambda: shard_counts(urls), rounds)
-    mb = total / 1e6
-    return [
-        f"| counting pass, {shards} local shards x {samples} samples of {size // 1024} KiB "
-        f"({mb:,.0f} MB, page cache warm) | {counted[0]:.3f} | {counted[1]:.3f} |",
-        f"| the same counts from an `_info.json` | {indexed[0]:.4f} | {indexed[1]:.4f} |",
-        "",
-        f"Counting pass: {mb / counted[0]:,.0f} MB/s at best, {counted[0] / mb * 1000:.1f} s per GB.",
-    ]
+    return count
+
+
+def _size(size: int) -> str:
+    return f"{size >> 20} MiB" if size >= 1 << 20 else f"{size >> 10} KiB" if size >= 1 << 10 else f"{size} B"
+
+
+def counting_rows(
+    directory: Path, rounds: int, shards: int, samples: int, size: int, *, indexed: bool = False
+) -> tuple[list[str], str]:
+    """Table rows and a summary line: the full read and the header walk over the same shards,
+    page cache warm and cold (and, when ``indexed``, the counts read from an ``_info.json``)."""
+    urls = write_shards(directory, shards, samples, size)
+    mb = sum(os.path.getsize(u) for u in urls) / 1e6
+    what = f"{shards} local shards x {samples:,} samples of {_size(size)} ({mb:,.0f} MB"
+    rows: list[str] = []
+    per_gb: list[str] = []
+    for label, fmt in (("full read", FullRead()), ("header walk", TarFormat())):
+        seconds = []
+        for cold in (False, True):
+            cache = "page cache cold" if cold else "page cache warm"
+            times = timed(count_with(urls, fmt, cold), rounds)
+            seconds.append(times[0] / mb * 1000)
+            rows.append(f"| counting pass, {label}: {what}, {cache}) | {times[0]:.3f} | {times[1]:.3f} |")
+        per_gb.append(f"{label} {seconds[0]:.2f} warm, {seconds[1]:.2f} cold")
+    if indexed:
+        write_index(str(directory), [IndexEntry(url=Path(u).name, samples=samples, bytes=-1) for u in urls])
+        index = timed(lambda: shard_counts(urls), rounds)
+        rows.append(f"| the same counts from an `_info.json` | {index[0]:.4f} | {index[1]:.4f} |")
+    summary = f"- members of {_size(size)} ({mb:,.0f} MB): " + "; ".join(per_gb) + " (s per GB, best rounds)."
+    return rows, summary
 
 
 def main() -> None:
@@ -123,17 +179,27 @@ def main() -> None:
         rows = brace_rows(args.rounds)
         rows += local_rows(root / "local", args.rounds, 100_000)
         rows += indexed_rows(args.rounds, 1_000_000)
-        counting = counting_rows(root / "counted", args.rounds, 32, 256, 16 << 10)
+        sets = [
+            counting_rows(root / "counted", args.rounds, 64, 256, 16 << 10, indexed=True),
+            counting_rows(root / "images", args.rounds, 32, 64, 128 << 10),
+            counting_rows(root / "large", args.rounds, 32, 8, 1 << 20),
+            counting_rows(root / "tiny", args.rounds, 8, 10_000, 100),  # the walk's worst case
+        ]
+    load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
     lines = [
         f"# bench_specs: resolving and checking shard specs ({time.strftime('%Y-%m-%d')})",
         "",
-        f"{machine_line()}; best and median of {args.rounds} rounds.",
+        f"{machine_line()}; best and median of {args.rounds} rounds; load average at the end "
+        f"{load} (1 / 5 / 15 min).",
         "",
         "| what | best s | median s |",
         "|---|---:|---:|",
         *rows,
-        *counting[:2],
-        *counting[2:],
+        *(row for counting, _ in sets for row in counting),
+        "",
+        "Counting pass over local shards without an index, seconds per GB:",
+        "",
+        *(summary for _, summary in sets),
     ]
     emit_report(lines, args.markdown)
 

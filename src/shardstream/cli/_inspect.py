@@ -192,7 +192,14 @@ def _ls_shards(urls: list[str], args: argparse.Namespace) -> int:
     if not args.scan:
         rows, problems = _index_rows(urls, args, options)
     missing = [u for u in urls if u not in rows]
-    scans = scan_many(missing, storage_options=options, allow_pipe=args.allow_pipe, jobs=args.jobs, desc="ls")
+    scans = scan_many(
+        missing,
+        storage_options=options,
+        allow_pipe=args.allow_pipe,
+        jobs=args.jobs,
+        desc="ls",
+        headers_only=True,
+    )
     problems += [p for s in scans for p in s.problems]
     for s in scans:
         rows[s.url] = {

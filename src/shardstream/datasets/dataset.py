@@ -278,7 +278,7 @@ class Dataset(DataPipeline, FluidInterface):
             raise TypeError(
                 f"this dataset's length is unknown: split={self.split.mode!r} reads whole shards without "
                 "counting their samples. Pass split='equal' for a known length, the same on every rank "
-                "(the counts come from the _info.json beside the shards, else from one read of each), "
+                "(the counts come from the _info.json beside the shards, else from a pass over each), "
                 "or use .with_epoch(n) for epochs of n items (an endless stream: split='resampled')"
             )
         return DataPipeline.__len__(self)

@@ -172,7 +172,7 @@ def default_split(world_size: int, counts_known: bool, where: str = "") -> Split
     whose rank splitter refuses, at the start of an epoch, a world of several ranks found then
     (a process group initialised after the dataset was built). Several ranks: ``"equal"``, the
     same number of batches on every rank, when the shards' sample counts are known cheaply
-    (``counts_known``: local shards, counted by one read each when no ``_info.json`` lists them,
+    (``counts_known``: local shards, counted from their headers when no ``_info.json`` lists them,
     or an index beside them); otherwise no default is safe, and the error says which to choose.
 
     Args:
