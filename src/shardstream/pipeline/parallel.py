@@ -7,7 +7,7 @@ with ``num_threads > 1`` sets one), every run of consecutive :class:`~.base.MapS
 the items it yields are cut into chunks, each chunk goes to the pool, and the results are
 taken back in submission order. The output is therefore exactly the one-thread output, whatever
 the scheduling, and nothing relies on the GIL: a chunk's items belong to the pool thread that
-runs it until its future completes, and everything else (pulling, handlers, skip counters, the
+runs it until its task completes, and everything else (pulling, handlers, skip counters, the
 state) happens in the iterating thread.
 
 Errors keep their one-thread meaning: a stage's exception travels back with the chunk and the
@@ -26,7 +26,17 @@ Chunks: a handful of microseconds of pool overhead per submission would dominate
 times the work per item on the pool threads and sizes chunks to about 4 ms of work: on 2 cores,
 one JPEG decode per task cost more CPU per sample than chunks of a few milliseconds, which came
 close to one thread's cost (an A/B run that no results file holds; ``benchmarks/bench_loader.py``
-measures thread mode with the chunks as they are).
+measures thread mode with the chunks as they are). That time is wall time, and with many
+threads it counts each item's wait for the GIL: when the iterating thread keeps the GIL busy, a
+short GIL-free call measures several times its length, chunks shrink to a few items, and the
+hand-offs of so many chunks take the GIL from the reading, which slows it further
+(``benchmarks/bench_scaling.py`` on 64 threads showed it). So a chunk also holds at least what
+the iterating thread reads in 2 ms (its time per item from one chunk sent to the next, waits
+included): whatever limits the rate, the hand-offs stay at about 500 a second and node, a small
+share of the GIL. The price is items in flight: where the pool limits the rate (N threads, D
+seconds per item) a chunk holds N x 2 ms of work, N x 2 ms / D items, and the window up to
+``2 x threads + 2`` chunks. A chunk grows to at most twice the last one, so that an epoch's
+first batch still comes from small chunks spread over the threads. Chunks hold 1 to 64 items.
 
 The GIL: one chunk in eight times each stage's calls in wall and thread CPU time, and the
 chunk's wait for a core (the kernel's run-queue time, ``/proc/thread-self/schedstat``), into the
@@ -40,21 +50,21 @@ processes would help.
 
 from __future__ import annotations
 
-import itertools
 import queue
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future
+from concurrent.futures import CancelledError, Future
 from typing import Any
 
 from ..optional import mark_loader_thread
 from .base import MapStage, Node, RunContext, StateDict
 
-__all__ = ["ParallelMapNode", "Threads", "build_parallel"]
+__all__ = ["ParallelMapNode", "Task", "Threads", "build_parallel"]
 
 _CHUNK_SECONDS = 0.004  # target work per submitted chunk (sub-millisecond chunks cost more CPU)
+_SEND_SECONDS = 0.002  # at least this much of the iterating thread's time per chunk sent
 _MAX_CHUNK = 64
 _SAMPLE_EVERY = 8  # one chunk in this many times each stage in wall and CPU time (the GIL check)
 
@@ -75,6 +85,87 @@ class _Running(threading.local):
     priority = 1
 
 
+class Task:
+    """Work on a :class:`Threads` pool that only its submitter waits for: ``done()``,
+    ``result()``, ``cancel()``. Lighter than a ``concurrent.futures.Future`` (no condition
+    variable, no callbacks): one lock, held from the submission until the work has ended, so
+    ``result()`` waits by taking it, and what the pool thread stored is seen after that."""
+
+    __slots__ = ("fn", "args", "value", "error", "cancelled", "ran", "_running")
+
+    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        self.fn: Callable[..., Any] | None = fn
+        self.args: tuple[Any, ...] | None = args
+        self.value: Any = None
+        self.error: BaseException | None = None
+        self.cancelled = False
+        self.ran = False
+        self._running = threading.Lock()
+        self._running.acquire()
+
+    def run(self) -> None:
+        """On a pool thread: the work (unless cancelled first), then the lock let go."""
+        fn, args = self.fn, self.args
+        self.fn = self.args = None  # an idle pool thread holds nothing of its last work
+        try:
+            if not self.cancelled and fn is not None and args is not None:
+                self.ran = True
+                self.value = fn(*args)
+        except BaseException as exn:  # raised by result(), in the waiting thread
+            self.error = exn
+        finally:
+            del fn, args
+            self._running.release()
+
+    def drop(self) -> None:
+        """Never run it (the pool closed before it started): ``result()`` raises CancelledError."""
+        self.fn = self.args = None
+        self.cancelled = True
+        self._running.release()
+
+    def done(self) -> bool:
+        """Whether the work has ended (a hint: :meth:`result` is where its outcome is read)."""
+        return not self._running.locked()
+
+    def cancel(self) -> None:
+        """Skip the work if it has not started yet (best effort: it may be starting now)."""
+        self.cancelled = True
+
+    def result(self) -> Any:
+        """The work's value, once it has ended; raises its error, or CancelledError."""
+        with self._running:
+            pass
+        if self.error is not None:
+            raise self.error
+        if not self.ran:
+            raise CancelledError()
+        return self.value
+
+
+class _Settle:
+    """A :meth:`Threads.submit` call's work: runs ``fn(*args)`` into its ``Future``."""
+
+    __slots__ = ("future", "fn", "args")
+
+    def __init__(self, future: Future[Any], fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        self.future, self.fn, self.args = future, fn, args
+
+    def run(self) -> None:
+        future, fn, args = self.future, self.fn, self.args
+        del self.future, self.fn, self.args
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            result = fn(*args)
+        except BaseException as exn:  # handed to whoever waits on the future
+            future.set_exception(exn)
+        else:
+            future.set_result(result)
+
+    def drop(self) -> None:
+        self.future.cancel()
+
+
 class Threads:
     """A pool of ``n`` threads that runs the per-sample stages of pipelines (owned by a loader).
 
@@ -83,19 +174,24 @@ class Threads:
     reads the pipeline submits the per-sample stages' chunks and waits for them; behind a queue
     of 10 ms batches it would leave a pool thread idle until it could submit the next batch.
 
+    The work waits in two deques, one per priority, and each piece queued puts one token on a
+    ``queue.SimpleQueue`` that the idle threads block on (a C queue: a hand-off costs one lock
+    release there, where ``queue.PriorityQueue`` runs a condition variable in Python). A thread
+    that takes a token takes the oldest work of the first priority that has some.
+
     ``close()`` joins every thread; work not started is cancelled.
     """
 
-    _NOW, _LATER, _STOP = 0, 1, -1
+    _NOW, _LATER = 0, 1
 
     def __init__(self, n: int, name: str = "shardstream-map") -> None:
         if n < 1:
             raise ValueError(f"num_threads={n} must be at least 1")
         self.n = n
-        self._queue: queue.PriorityQueue[tuple[int, int, Any]] = queue.PriorityQueue()
-        self._order = itertools.count()  # first in, first out within a priority
+        self._work: tuple[deque[Any], deque[Any]] = (deque(), deque())  # by priority
+        self._tokens: queue.SimpleQueue[bool | None] = queue.SimpleQueue()  # None: stop
         self._closed = False
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # closing against queueing: nothing queued is left behind
         self._local = _Running()
         self._threads = [
             threading.Thread(target=self._serve, name=f"{name}_{i}", daemon=True) for i in range(n)
@@ -106,21 +202,37 @@ class Threads:
     def submit(self, fn: Callable[..., Any], *args: Any, later: bool = False) -> Future[Any]:
         """Run ``fn(*args)`` on the pool; ``later``: only when no other work waits."""
         future: Future[Any] = Future()
+        self._queue(_Settle(future, fn, args), later)
+        return future
+
+    def task(self, fn: Callable[..., Any], *args: Any, later: bool = False) -> Task:
+        """:meth:`submit` for work whose submitter alone waits for it: a :class:`Task`."""
+        task = Task(fn, args)
+        self._queue(task, later)
+        return task
+
+    def _queue(self, work: Task | _Settle, later: bool) -> None:
         with self._lock:
             if self._closed:
                 raise RuntimeError("the loader's thread pool is closed")
-            self._queue.put((self._LATER if later else self._NOW, next(self._order), (future, fn, args)))
-        return future
+            self._work[self._LATER if later else self._NOW].append(work)
+        self._tokens.put(True)
 
     def _serve(self) -> None:
         mark_loader_thread()
-        local = self._local
+        local, tokens = self._local, self._tokens
+        now, later = self._work
         while True:
-            priority, _, work = self._queue.get()
-            if work is None:
+            if tokens.get() is None:
                 return
-            local.priority = priority
-            self._run(*work)
+            try:  # deque pops are atomic, with or without the GIL
+                work, local.priority = now.popleft(), self._NOW
+            except IndexError:
+                try:
+                    work, local.priority = later.popleft(), self._LATER
+                except IndexError:  # cancelled by close()
+                    continue
+            work.run()
             # Hold nothing while idle: a batch kept alive here would hold its reused buffer.
             del work
 
@@ -143,20 +255,9 @@ class Threads:
         job = _Spread(n, fn)
         later = self._local.priority == self._LATER
         for _ in range(min(self.n - 1, n - 1)):
-            self.submit(job.help, later=later)
+            self._queue(Task(job.help, ()), later)
         job.help()
         job.finish()
-
-    @staticmethod
-    def _run(future: Future[Any], fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
-        if not future.set_running_or_notify_cancel():
-            return
-        try:
-            result = fn(*args)
-        except BaseException as exn:  # handed to whoever waits on the future
-            future.set_exception(exn)
-        else:
-            future.set_result(result)
 
     @property
     def members(self) -> tuple[threading.Thread, ...]:
@@ -171,15 +272,11 @@ class Threads:
             if self._closed:
                 return
             self._closed = True
-            while True:  # cancel what has not started
-                try:
-                    _, _, work = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if work is not None:
-                    work[0].cancel()
+            for waiting in self._work:  # cancel what has not started
+                while waiting:
+                    waiting.popleft().drop()
             for _ in self._threads:
-                self._queue.put((self._STOP, next(self._order), None))
+                self._tokens.put(None)
         if not wait:
             return
         for thread in self._threads:
@@ -289,7 +386,9 @@ class ParallelMapNode(Node):
         self.pending: deque[Any] = deque()  # positions of items pulled and not yet yielded
         self.last: Any = None
         self.per_item = 0.0  # seconds of work per item, measured on the pool threads
-        self.inflight: deque[Future[Any]] = deque()
+        self.inflight: deque[Task] = deque()
+        self.per_read = 0.0  # the iterating thread's seconds per item, from one chunk sent to the next
+        self.size = 1  # items of the last chunk sent
         self.chunks = 0
         self.lock = threading.Lock()  # the stages' thread counters, added to from pool threads
         if upstream.tell is not None:
@@ -328,9 +427,6 @@ class ParallelMapNode(Node):
     # -- running ---------------------------------------------------------------------------------
     def _work(self, items: list[Any]) -> tuple[list[Any], float]:
         """Runs on a pool thread: every stage over every item of one chunk."""
-        self.chunks += 1  # a race here only moves which chunk is sampled
-        if self.chunks % _SAMPLE_EVERY == 1:
-            return self._work_sampled(items)
         start = time.perf_counter()
         fns, drop_none = self.fns, self.drop_none
         out = []
@@ -381,9 +477,15 @@ class ParallelMapNode(Node):
         return out, (time.perf_counter() - start) / max(len(items), 1)
 
     def _chunk_size(self) -> int:
+        """Items for the next chunk (1 to 64): about 4 ms of work, and at least what the
+        iterating thread reads in 2 ms, growing to at most twice the last chunk (see the module
+        docstring)."""
         if self.per_item <= 0:
             return 1
-        return max(1, min(_MAX_CHUNK, int(_CHUNK_SECONDS / self.per_item)))
+        size = int(_CHUNK_SECONDS / self.per_item)
+        if self.per_read > 0:
+            size = max(size, min(2 * self.size, int(_SEND_SECONDS / self.per_read)))
+        return max(1, min(_MAX_CHUNK, size))
 
     def _inputs(self, tokens: list[Any]) -> Iterator[tuple[Any, Any]]:
         assert self.upstream is not None
@@ -398,6 +500,7 @@ class ParallelMapNode(Node):
         inflight, pending, threads = self.inflight, self.pending, self.threads
         max_chunks = 2 * threads.n + 2
         exhausted = False
+        sent = 0.0  # when the last chunk was sent
         failure: BaseException | None = None  # raised by upstream; raised here after the items before it
         while True:
             # Read ahead until the window is full, or the oldest chunk is done: its items go out
@@ -417,7 +520,16 @@ class ParallelMapNode(Node):
                 except Exception as exn:
                     failure, exhausted = exn, True
                 if chunk:
-                    inflight.append(threads.submit(self._work, chunk))
+                    now = time.perf_counter()
+                    if sent:
+                        per_read = (now - sent) / len(chunk)
+                        self.per_read = 0.8 * self.per_read + 0.2 * per_read if self.per_read else per_read
+                    sent, self.size = now, len(chunk)
+                    # One chunk in eight is timed stage by stage (decided here: no counter is
+                    # shared between the pool threads).
+                    work = self._work_sampled if self.chunks % _SAMPLE_EVERY == 0 else self._work
+                    self.chunks += 1
+                    inflight.append(threads.task(work, chunk))
             if not inflight:
                 if failure is not None:
                     raise failure
