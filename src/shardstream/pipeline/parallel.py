@@ -46,6 +46,37 @@ one, is time blocked: for a stage that does no I/O, waiting for the GIL. A stage
 the GIL (a JPEG decode in C) waits little; one that holds it (a pure-Python map) waits while
 the other threads take their turns. ``ss.Loader.stats()`` names such a stage and says that
 processes would help.
+
+Without the GIL (free-threaded CPython): thread mode relies on no bytecode being atomic. What
+crosses threads, and what guards it:
+
+* the pool's queue: two deques, whose ``append`` and ``popleft`` are atomic with or without the
+  GIL (documented for ``collections.deque``), and a ``queue.SimpleQueue`` of tokens; queueing
+  and closing take the pool's lock, so nothing queued is left behind by ``close()``;
+* a chunk's items and results: the pool thread's alone from the task's start to its end; the
+  :class:`Task`'s lock, let go by the pool thread after it stored the results and taken by the
+  iterating thread before it reads them, orders the two;
+* ``Task.cancel()``: a flag the pool thread reads before it starts; a cancel that races with the
+  start lets the work run, as cancelling a running future does;
+* chunk sizes, the chunk sampling count, pending positions, the skip counters: the iterating
+  thread's alone (:meth:`ParallelMapNode._run` and the stages' handlers run there);
+* the stages' thread timings: added under one lock for every run; each stage's counters are
+  made before the pool starts (they are made lazily, and two threads making them at once would
+  keep one of two);
+* :meth:`Threads.spread`: a lock around the index handed out and the calls left, an ``Event``
+  for the end;
+* ``loader/threads.py``: a ``queue.Queue`` between the producer and the training loop, an
+  ``Event`` to stop; ``loader/buffers.py``: a lock around lending, returning and counting;
+* the stages' functions on the pool: shardstream's keep nothing shared that a call changes,
+  except the JPEG backends' memo (``decoders/_jpeg.py``, a dict filled once per backend, where
+  two threads filling it at once store the same value). A user's map function runs on several
+  threads at once, as it would on any thread pool.
+
+Left as it is: a stage's skip counter (``StageStats.record``) when two loaders in two threads
+iterate one pipeline at once, a read-modify-write that the GIL keeps whole and free-threading
+does not (``telemetry/stats.py``); it counts, it does not decide. The interleaving tests
+(``tests/integration/test_loader_interleavings.py``) switch threads every microsecond under the
+GIL; no free-threaded CPython could be installed where this was written, so none ran there.
 """
 
 from __future__ import annotations
@@ -67,6 +98,9 @@ _CHUNK_SECONDS = 0.004  # target work per submitted chunk (sub-millisecond chunk
 _SEND_SECONDS = 0.002  # at least this much of the iterating thread's time per chunk sent
 _MAX_CHUNK = 64
 _SAMPLE_EVERY = 8  # one chunk in this many times each stage in wall and CPU time (the GIL check)
+#: Guards the stages' thread timings, added to from pool threads (one lock for every run: two
+#: loaders over one pipeline share its stages, and so their counters).
+_STATS_LOCK = threading.Lock()
 
 
 def _run_queue_ns() -> int:
@@ -390,7 +424,8 @@ class ParallelMapNode(Node):
         self.per_read = 0.0  # the iterating thread's seconds per item, from one chunk sent to the next
         self.size = 1  # items of the last chunk sent
         self.chunks = 0
-        self.lock = threading.Lock()  # the stages' thread counters, added to from pool threads
+        for stage in self.stages:
+            stage.stats  # noqa: B018 - made here, before pool threads add to it (it is made lazily)
         if upstream.tell is not None:
             self.tell = self._tell
         tokens = list((state or {}).get("pending", []))
@@ -469,7 +504,7 @@ class ParallelMapNode(Node):
             out.append(item)
         queued = _run_queue_ns() - queued  # waiting for a core, not for the GIL
         total = sum(wall) or 1
-        with self.lock:
+        with _STATS_LOCK:
             for stage, w, c in zip(self.stages, wall, cpu, strict=True):
                 stage.stats.thread_wall_ns += w
                 stage.stats.thread_cpu_ns += c
