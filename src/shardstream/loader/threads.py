@@ -105,10 +105,11 @@ class EpochRun:
         """The batch made from ``item``: here without a pool, else a task on the pool. While
         the training loop has batches in hand the making waits behind the reading's chunks
         (``Threads.task(later=True)``), so the reader keeps the pool fed; a batch the loop
-        is (or will at once be) waiting for goes first."""
+        is (or will at once be) waiting for goes before everything queued."""
         if self.threads is None:
             return self.collate(item)
-        return self.threads.task(self.collate, item, later=not self.queue.empty())
+        waiting = self.queue.empty()  # the loop waits (or will at once) for this batch
+        return self.threads.task(self.collate, item, later=not waiting, first=waiting)
 
     def _batches(self, it: Iterator[Any]) -> Iterator[Any]:
         size = self.batch_size

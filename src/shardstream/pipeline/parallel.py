@@ -35,8 +35,10 @@ the iterating thread reads in 2 ms (its time per item from one chunk sent to the
 included): whatever limits the rate, the hand-offs stay at about 500 a second and node, a small
 share of the GIL. The price is items in flight: where the pool limits the rate (N threads, D
 seconds per item) a chunk holds N x 2 ms of work, N x 2 ms / D items, and the window up to
-``2 x threads + 2`` chunks. A chunk grows to at most twice the last one, so that an epoch's
-first batch still comes from small chunks spread over the threads. Chunks hold 1 to 64 items.
+``2 x threads + 2`` chunks. A chunk grows to at most twice the last one taken back, so that an
+epoch's first batches still come from small chunks spread over the threads (grown from the
+chunks sent, they reached 64 items within the first window, whose chunks the first batch then
+waited for). Chunks hold 1 to 64 items.
 
 The GIL: one chunk in eight times each stage's calls in wall and thread CPU time, and the
 chunk's wait for a core (the kernel's run-queue time, ``/proc/thread-self/schedstat``), into the
@@ -239,17 +241,22 @@ class Threads:
         self._queue(_Settle(future, fn, args), later)
         return future
 
-    def task(self, fn: Callable[..., Any], *args: Any, later: bool = False) -> Task:
-        """:meth:`submit` for work whose submitter alone waits for it: a :class:`Task`."""
+    def task(self, fn: Callable[..., Any], *args: Any, later: bool = False, first: bool = False) -> Task:
+        """:meth:`submit` for work whose submitter alone waits for it: a :class:`Task`.
+        ``first``: before any other work queued (a batch the training loop waits for; the
+        reading's chunks, queued before it, may hold a thread each for tens of milliseconds)."""
         task = Task(fn, args)
-        self._queue(task, later)
+        self._queue(task, later, first)
         return task
 
-    def _queue(self, work: Task | _Settle, later: bool) -> None:
+    def _queue(self, work: Task | _Settle, later: bool, first: bool = False) -> None:
         with self._lock:
             if self._closed:
                 raise RuntimeError("the loader's thread pool is closed")
-            self._work[self._LATER if later else self._NOW].append(work)
+            if first:
+                self._work[self._NOW].appendleft(work)
+            else:
+                self._work[self._LATER if later else self._NOW].append(work)
         self._tokens.put(True)
 
     def _serve(self) -> None:
@@ -422,7 +429,7 @@ class ParallelMapNode(Node):
         self.per_item = 0.0  # seconds of work per item, measured on the pool threads
         self.inflight: deque[Task] = deque()
         self.per_read = 0.0  # the iterating thread's seconds per item, from one chunk sent to the next
-        self.size = 1  # items of the last chunk sent
+        self.size = 1  # items of the last chunk taken back
         self.chunks = 0
         for stage in self.stages:
             stage.stats  # noqa: B018 - made here, before pool threads add to it (it is made lazily)
@@ -513,8 +520,8 @@ class ParallelMapNode(Node):
 
     def _chunk_size(self) -> int:
         """Items for the next chunk (1 to 64): about 4 ms of work, and at least what the
-        iterating thread reads in 2 ms, growing to at most twice the last chunk (see the module
-        docstring)."""
+        iterating thread reads in 2 ms, growing to at most twice the last chunk taken back (see
+        the module docstring)."""
         if self.per_item <= 0:
             return 1
         size = int(_CHUNK_SECONDS / self.per_item)
@@ -559,7 +566,7 @@ class ParallelMapNode(Node):
                     if sent:
                         per_read = (now - sent) / len(chunk)
                         self.per_read = 0.8 * self.per_read + 0.2 * per_read if self.per_read else per_read
-                    sent, self.size = now, len(chunk)
+                    sent = now
                     # One chunk in eight is timed stage by stage (decided here: no counter is
                     # shared between the pool threads).
                     work = self._work_sampled if self.chunks % _SAMPLE_EVERY == 0 else self._work
@@ -570,6 +577,7 @@ class ParallelMapNode(Node):
                     raise failure
                 return
             results, per_item = inflight.popleft().result()
+            self.size = len(results)
             self.per_item = per_item if self.per_item == 0 else 0.8 * self.per_item + 0.2 * per_item
             for out in results:
                 token = pending.popleft()
