@@ -213,7 +213,8 @@ class Threads:
     The work waits in two deques, one per priority, and each piece queued puts one token on a
     ``queue.SimpleQueue`` that the idle threads block on (a C queue: a hand-off costs one lock
     release there, where ``queue.PriorityQueue`` runs a condition variable in Python). A thread
-    that takes a token takes the oldest work of the first priority that has some.
+    that takes a token takes the oldest work of the first priority that has some; work queued
+    ``first`` goes before the oldest.
 
     ``close()`` joins every thread; work not started is cancelled.
     """
