@@ -32,8 +32,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..errors import WorkerStuckError
-from ..pipeline.parallel import Task, Threads
 from ..pipeline.pipeline import close_iterator
+from ..pipeline.pool import Task, Threads
 from ..pipeline.seams import LoaderDataset
 
 __all__ = ["EpochRun"]
