@@ -71,7 +71,7 @@ from typing import Any
 from ..config import read_settings
 from ..errors import StateError
 from ..malloc import tune_allocator
-from ..pipeline.batch import BatchMemory, default_collation_fn
+from ..pipeline.batch import BatchMemory, converted, default_collation_fn
 from ..pipeline.parallel import Threads
 from ..pipeline.pipeline import close_iterator
 from ..pipeline.seams import LoaderDataset
@@ -113,7 +113,7 @@ def _convert(data: Any) -> Any:
         from torch.utils.data import default_convert
     except ImportError:
         return data
-    return default_convert(data)  # type: ignore[no-untyped-call]
+    return converted(data, default_convert)
 
 
 class _Collate:
