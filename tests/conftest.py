@@ -1,10 +1,14 @@
 """Shared fixtures: a clean environment, a shard factory that uses our own writer, and the
-loopback servers (SeaweedFS S3, HTTP) that start once per session for every test directory."""
+loopback servers (SeaweedFS S3, HTTP) that start once per session for every test directory.
+
+An emulator that is not installed skips its tests here and fails them under ``CI=true``
+(``_components.require_component``, which every test needing an installed component uses)."""
 
 from __future__ import annotations
 
 import logging
 import os
+import shutil
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,6 +23,7 @@ ENV_PREFIXES = ("SHARDSTREAM_", "WDS_")
 # The server helpers live with the integration tests; the contract suite uses them too.
 sys.path.insert(0, str(Path(__file__).resolve().parent / "integration"))
 
+from _components import missing, require_component  # noqa: E402
 from _servers import running  # noqa: E402
 
 
@@ -38,6 +43,13 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """SeaweedFS with an S3 gateway on loopback, started once per session and stopped by PID."""
     from _servers import SeaweedS3
 
+    from shardstream.testing.seaweed import weed_binary
+
+    try:
+        weed_binary()
+    except FileNotFoundError:
+        missing("SeaweedFS (`weed`)", "the s3:// tests against a real S3 server")
+
     with running(SeaweedS3(tmp_path_factory.mktemp("seaweedfs"))) as server:
         yield server
 
@@ -54,7 +66,12 @@ def http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 @pytest.fixture(scope="session")
 def gcs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """fake-gcs-server (Google Cloud Storage's JSON and XML APIs) on loopback, stopped by PID."""
-    from shardstream.testing.fakegcs import FakeGCS
+    from shardstream.testing.fakegcs import FakeGCS, fake_gcs_binary
+
+    try:
+        fake_gcs_binary()
+    except FileNotFoundError:
+        missing("fake-gcs-server", "the gs:// tests against a GCS emulator")
 
     with running(FakeGCS(tmp_path_factory.mktemp("fake-gcs"))) as server:
         yield server
@@ -62,11 +79,14 @@ def gcs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 @pytest.fixture(scope="session")
 def azurite_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """Microsoft's Azurite (Blob service) on loopback, stopped by PID; skipped without Node.js."""
+    """Microsoft's Azurite (Blob service) on loopback, stopped by PID; without it (or Node.js)
+    the az:// tests skip, or fail under CI=true."""
     from shardstream.testing.azurite import Azurite, azurite_binary
 
-    if azurite_binary() is None:
-        pytest.skip("Azurite is not installed: `bash run.sh setup` installs it with npm (needs Node.js)")
+    why = "the az:// tests against the Azure Blob emulator"
+    npm = "`bash run.sh setup` installs it with npm, which comes with Node.js"
+    require_component("Azurite", why, present=azurite_binary() is not None, install=npm)
+    require_component("Node.js (`node`, which runs Azurite)", why, present=shutil.which("node") is not None)
     with running(Azurite(tmp_path_factory.mktemp("azurite"))) as server:
         yield server
 
@@ -101,6 +121,7 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
             "SLURM_PROCID",
             "SLURM_NTASKS",
             "SLURM_LOCALID",
+            "SLURM_CPUS_PER_TASK",  # the automatic loader's cores (loader/_cores.py)
             # the cloud stores' own variables (gs://, az://, hf://): tests set what they need
             "STORAGE_EMULATOR_HOST",
             "GOOGLE_APPLICATION_CREDENTIALS",

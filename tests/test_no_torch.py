@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _components import require_component
 
 from shardstream.tar.sharded_writer import ShardWriter
 
@@ -130,7 +131,9 @@ def shard(tmp_path: Path) -> Path:
 
 
 def test_core_dependencies_are_numpy_braceexpand_and_cloudpickle() -> None:
-    tomllib = pytest.importorskip("tomllib")
+    tomllib = pytest.importorskip(
+        "tomllib", reason="not tested here: the core dependencies (tomllib is 3.11's)"
+    )
     dependencies = tomllib.loads(_pyproject())["project"]["dependencies"]
     names = {re.split(r"[\s<>=!~;\[]", d, maxsplit=1)[0].lower() for d in dependencies}
     assert names == set(CORE), "update CORE (and keep torch out of the dependencies)"
@@ -256,8 +259,11 @@ for argv in json.loads(sys.argv[1]):
 
 def test_inspection_commands_do_not_import_torch_where_it_is_installed(shard: Path) -> None:
     # Importing torch takes seconds: `shardstream ls` must not pay that where torch is installed.
-    if importlib.util.find_spec("torch") is None:
-        pytest.skip("torch is not installed here (the fresh venv tests cover that case)")
+    require_component(
+        "torch",
+        "the CLI's start-up where torch is installed (the fresh venv tests cover the case without)",
+        present=importlib.util.find_spec("torch") is not None,
+    )
     commands = [["--help"], ["ls", str(shard)], ["cat", str(shard), "k0.txt"], ["stat", str(shard)]]
     result = subprocess.run(
         [sys.executable, "-c", _TORCH_SPY, json.dumps(commands)], capture_output=True, text=True, timeout=120

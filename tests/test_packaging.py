@@ -15,6 +15,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from _components import require_module
 from test_no_torch import _base_python, _link_core_dependencies
 
 import shardstream
@@ -31,7 +32,7 @@ def _ok(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]
 
 
 def test_build_install_and_smoke_test_in_a_fresh_venv(tmp_path: Path) -> None:
-    pytest.importorskip("build")
+    require_module("build", "building and installing the sdist and wheel")
     dist = tmp_path / "dist"
     built = _ok(sys.executable, "-m", "build", "--no-isolation", "--outdir", str(dist), str(ROOT))
     assert "SetuptoolsDeprecationWarning" not in built.stdout + built.stderr  # the licence table is gone

@@ -76,6 +76,7 @@ if _TYPE_CHECKING:
         MissingFieldError,
         ObjectChangedError,
         PipeCommandError,
+        ResponseTooLargeError,
         ShardFormatError,
         ShardNotFoundError,
         ShardStreamError,
@@ -162,7 +163,8 @@ _MODULES: dict[str, str] = {
     "shardstream.decoders": "AudioWindows VideoClips register_decoder video_info",
     "shardstream.errors": (
         "AccessDeniedError CacheError CacheLockTimeout ConfigurationError DecodingError IndexFormatError "
-        "MissingFieldError ObjectChangedError PipeCommandError ShardFormatError ShardNotFoundError "
+        "MissingFieldError ObjectChangedError PipeCommandError ResponseTooLargeError ShardFormatError "
+        "ShardNotFoundError "
         "ShardStreamError SourceError SplitError StateError TransientSourceError UnsafeOperationError "
         "UnsafePathError WorkerDiedError WorkerLostError WorkerStuckError"
     ),
@@ -282,6 +284,7 @@ __all__ += [
     "MissingFieldError",
     "ObjectChangedError",
     "PipeCommandError",
+    "ResponseTooLargeError",
     "ShardFormatError",
     "ShardNotFoundError",
     "ShardStreamError",

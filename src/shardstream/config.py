@@ -20,6 +20,7 @@ from typing import Final
 from .errors import ConfigurationError
 
 __all__ = [
+    "DEFAULT_MAX_BODY",
     "UNSET",
     "VARIABLES",
     "LauncherEnv",
@@ -28,6 +29,7 @@ __all__ = [
     "StoreEnv",
     "Unset",
     "allow_obsolete",
+    "check_max_body",
     "env_value",
     "gopen_rewrite",
     "launcher_env",
@@ -62,6 +64,11 @@ VARIABLES: Final[dict[str, tuple[str | None, str]]] = {
         None,
         "seconds a loader waits for a worker's next batch, then raises with its stack; 0: forever "
         "(default 600)",
+    ),
+    "SHARDSTREAM_MAX_BODY": (
+        None,
+        "most bytes a whole-body read takes when its size is not known in advance (suffixes K/M/G; "
+        "default 1G)",
     ),
     "SHARDSTREAM_TUNE_MALLOC": (
         None,
@@ -134,6 +141,22 @@ def parse_size(text: str | int, *, name: str = "size") -> int:
         ) from None
 
 
+#: The most bytes a whole-body read (one object, a manifest, an index) takes when nothing says
+#: how large it should be: far above any object a whole-body read is meant for, far below what a
+#: server's false claim could make a process allocate.
+DEFAULT_MAX_BODY: Final = 1 << 30
+
+
+def check_max_body(value: object, *, name: str = "max_body") -> int:
+    """``value`` (bytes, or a size such as ``"512M"``) as an int > 0, else ConfigurationError."""
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ConfigurationError(f"{name}={value!r}: give a number of bytes > 0, or a size such as '2G'")
+    size = parse_size(value, name=name)
+    if size <= 0:
+        raise ConfigurationError(f"{name}={value!r}: give a number of bytes > 0, or a size such as '2G'")
+    return size
+
+
 @dataclass(frozen=True)
 class Settings:
     """Environment-derived defaults. Explicit arguments override every field."""
@@ -153,6 +176,7 @@ class Settings:
     tune_malloc: bool = True
     #: Also in the user's process, for ss.Loader's thread mode (only SHARDSTREAM_TUNE_MALLOC=1).
     tune_malloc_main: bool = False
+    max_body: int = DEFAULT_MAX_BODY
 
 
 def _number(name: str, value: str | None, kind: type[int] | type[float], default: float) -> float:
@@ -184,6 +208,7 @@ def read_settings(environ: Mapping[str, str] | None = None) -> Settings:
     size = env_value("SHARDSTREAM_CACHE_SIZE", env)
     seed = env_value("SHARDSTREAM_SEED", env)
     level = env_value("SHARDSTREAM_LOG_LEVEL", env)
+    max_body = env_value("SHARDSTREAM_MAX_BODY", env)
     if level:
         logging.getLogger("shardstream").setLevel(level.upper())
     cache_size = parse_size(size, name="SHARDSTREAM_CACHE_SIZE") if size is not None else None
@@ -210,6 +235,7 @@ def read_settings(environ: Mapping[str, str] | None = None) -> Settings:
         ),
         tune_malloc=_flag("SHARDSTREAM_TUNE_MALLOC", env_value("SHARDSTREAM_TUNE_MALLOC", env) or "1"),
         tune_malloc_main=_flag("SHARDSTREAM_TUNE_MALLOC", env_value("SHARDSTREAM_TUNE_MALLOC", env)),
+        max_body=check_max_body(max_body, name="SHARDSTREAM_MAX_BODY") if max_body else DEFAULT_MAX_BODY,
     )
 
 
@@ -364,13 +390,20 @@ def store_env(environ: Mapping[str, str] | None = None) -> StoreEnv:
 
 @dataclass(frozen=True)
 class LauncherEnv:
-    """Rank variables set by a launcher (torchrun first, then SLURM); ``None`` where unset."""
+    """Rank variables set by a launcher (torchrun first, then SLURM); ``None`` where unset.
+
+    ``cpus_per_task`` is SLURM's ``SLURM_CPUS_PER_TASK`` (``--cpus-per-task``), read whichever
+    launcher started the ranks: the CPUs of one SLURM task, which holds one rank when SLURM
+    started the ranks and all of a node's ranks when torchrun did inside the task
+    (``ss.Loader``'s automatic mode shares it out accordingly, ``loader/_cores.py``).
+    """
 
     rank: int | None = None
     world_size: int | None = None
     local_rank: int | None = None
     local_world_size: int | None = None
     source: str = "none"
+    cpus_per_task: int | None = None
 
 
 def _int(env: Mapping[str, str], name: str) -> int | None:
@@ -384,8 +417,10 @@ def _int(env: Mapping[str, str], name: str) -> int | None:
 
 
 def launcher_env(environ: Mapping[str, str] | None = None) -> LauncherEnv:
-    """Read torchrun's (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE) or SLURM's variables."""
+    """Read torchrun's (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE) or SLURM's variables,
+    and SLURM_CPUS_PER_TASK in either case."""
     env = os.environ if environ is None else environ
+    cpus = _int(env, "SLURM_CPUS_PER_TASK")
     if "RANK" in env and "WORLD_SIZE" in env:
         return LauncherEnv(
             _int(env, "RANK"),
@@ -393,6 +428,7 @@ def launcher_env(environ: Mapping[str, str] | None = None) -> LauncherEnv:
             _int(env, "LOCAL_RANK"),
             _int(env, "LOCAL_WORLD_SIZE"),
             "torchrun",
+            cpus,
         )
     if "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
         # SLURM writes uniform layouts as "4" and compressed ones as "2(x3)" or "4(x2),2": the
@@ -406,5 +442,6 @@ def launcher_env(environ: Mapping[str, str] | None = None) -> LauncherEnv:
             _int(env, "SLURM_LOCALID"),
             ntasks_per_node,
             "slurm",
+            cpus,
         )
-    return LauncherEnv()
+    return LauncherEnv(cpus_per_task=cpus)

@@ -18,6 +18,7 @@ clauses written for WebDataset keep working::
     │   ├── AccessDeniedError (PermissionError)     401 / 403 / bad credentials
     │   ├── TransientSourceError (ConnectionError)  reset, timeout, 5xx: retried with resume
     │   ├── ObjectChangedError                object replaced mid-read (ETag/size changed, 412)
+    │   ├── ResponseTooLargeError            a body larger than expected or than max_body (never allocated)
     │   └── PipeCommandError                 a pipe: command exited with a failing status
     ├── CacheError (OSError)                 the shard cache cannot be used
     │   └── CacheLockTimeout (TimeoutError)  waited too long for another process's download
@@ -46,6 +47,7 @@ __all__ = [
     "MissingFieldError",
     "ObjectChangedError",
     "PipeCommandError",
+    "ResponseTooLargeError",
     "ShardFormatError",
     "ShardNotFoundError",
     "ShardStreamError",
@@ -216,8 +218,16 @@ _QUOTED_FIELD = re.compile(
 )
 
 
+#: Values of those fields that name a kind of credentials, not a secret (gcsfs's ``token=``
+#: keywords), kept so that a message can say ``{'token': 'anon'}``.
+_KEYWORD_VALUES = frozenset({"anon", "google_default", "cloud", "browser", "cache", "true", "false", "none"})
+
+
 def _redact_field(match: re.Match[str]) -> str:
-    if match.group("value") and match.group("name").lower() in _SECRET_FIELDS:
+    value = match.group("value")
+    if value.lower() in _KEYWORD_VALUES:
+        return match.group(0)
+    if value and match.group("name").lower() in _SECRET_FIELDS:
         return f"{match.group('head')}***{match.group('v')}"
     return match.group(0)
 
@@ -407,6 +417,24 @@ class TransientSourceError(SourceError, ConnectionError):
 
 class ObjectChangedError(SourceError):
     """The object was replaced while it was being read, so resuming would mix two versions."""
+
+
+class ResponseTooLargeError(SourceError):
+    """A server announced or sent a body larger than the read may take: the size the caller
+    expected (a manifest's or a stat's size, a range's length) or, when nothing was known, the
+    ``max_body`` bound (``SHARDSTREAM_MAX_BODY``). Raised before the bytes are allocated; not
+    retried (the same request would get the same answer).
+
+    Attributes:
+        size: the body's size as announced (``Content-Length``), or the bytes received when the
+            body had no length (chunked, or ended by the connection's close).
+        limit: the most bytes the read would take.
+    """
+
+    def __init__(self, message: str, *, url: object = None, size: int, limit: int) -> None:
+        super().__init__(message, url=url)
+        self.size = size
+        self.limit = limit
 
 
 class PipeCommandError(SourceError):

@@ -17,12 +17,17 @@ from __future__ import annotations
 from types import ModuleType
 
 import pytest
+from _components import require_component, require_module
 
 import shardstream
 
-webdataset = pytest.importorskip("webdataset")
-if webdataset.__version__ != "1.0.2":  # the behaviours compared are those of 1.0.2
-    pytest.skip(f"needs webdataset 1.0.2, found {webdataset.__version__}", allow_module_level=True)
+webdataset = require_module("webdataset", "the comparison with WebDataset 1.0.2")
+# the behaviours compared are those of 1.0.2 (pinned in shardstream[dev])
+require_component(
+    f"webdataset 1.0.2 (found {webdataset.__version__})",
+    "the comparison with WebDataset 1.0.2",
+    present=webdataset.__version__ == "1.0.2",
+)
 
 
 @pytest.fixture

@@ -29,11 +29,12 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from _components import require_module
 
 import shardstream
 from shardstream.compat.install import WEBDATASET_MODULES
 
-webdataset = pytest.importorskip("webdataset")
+webdataset = require_module("webdataset", "the comparison with WebDataset 1.0.2")
 ROOT = Path(webdataset.__file__).parent
 MODULES = sorted(p.stem for p in ROOT.glob("*.py") if p.stem != "__init__")
 

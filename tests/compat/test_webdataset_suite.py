@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _components import require_module
 
 sys.path.insert(0, str(Path(__file__).parent))
 import run_webdataset_suite as suite  # noqa: E402
@@ -30,7 +31,8 @@ def _mirror_has_commit() -> bool:
 
 
 pytestmark = pytest.mark.skipif(
-    not _mirror_has_commit(), reason="WebDataset's repository is not mirrored here"
+    not _mirror_has_commit(),
+    reason="not tested here: WebDataset's own suite on shardstream (its repository is not mirrored here)",
 )
 
 
@@ -41,7 +43,9 @@ def test_every_documented_difference_is_a_row_of_the_table() -> None:
 
 
 def test_the_suite_fails_only_where_documented() -> None:
-    pytest.importorskip("webdataset")  # its test data and the comparison need the same Python env
+    require_module(
+        "webdataset", "the comparison with WebDataset 1.0.2"
+    )  # its test data and the comparison need the same Python env
     result = suite.run_suite()
     counts = result["counts"]
     assert counts["passed"] >= 89, result["output_tail"]

@@ -67,6 +67,14 @@ def test_s3_dataset_good_then_broken(
     good2[1024 + 100] ^= 0x10
     s3_server.put_object(s3_bucket, "train/d-000002.tar", bytes(good2))
     s3_server.put_object(s3_bucket, "train/d-000003.tar", _shard_bytes([{"__key__": "k0005", "txt": "dup"}]))
+    # ls checks the index's sizes (one listing of the prefix) and reads the cut shard instead
+    assert main(["ls", f"{prefix}/", "--json", *opts]) == 1
+    captured = capsys.readouterr()
+    rows = {r["url"]: r for r in json.loads(captured.out)["shards"]}
+    assert [r["from"] for r in rows.values()] == ["index", "scan", "index"]
+    assert rows[f"{prefix}/d-000001.tar"]["bytes"] == 3000
+    cut = f"problem: {prefix}/d-000001.tar: index says {len(good1):,} bytes, the shard has 3,000"
+    assert cut in captured.err
     assert main(["verify", f"{prefix}/d-{{000000..000003}}.tar", "--json", *opts]) == 1
     problems = {(p["url"], p["offset"]): p["problem"] for p in _read(capsys)["problems"]}
     assert any(url == f"{prefix}/d-000001.tar" and "truncated" in text for (url, _), text in problems.items())

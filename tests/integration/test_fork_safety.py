@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _components import require_module
 from _procs import children, kill_left_behind
 from _procs import fork_child as _fork
 from _servers import FaultProxy, HTTPFileServer, Throttle
@@ -191,7 +192,7 @@ def _write_worker_shards(server: HTTPFileServer, count: int, per_shard: int) -> 
 def test_forked_dataloader_while_the_cache_fills_and_a_pool_is_active(
     http_server: HTTPFileServer, fault_proxy: ProxyFactory, tmp_path: Path
 ) -> None:
-    torch_data = pytest.importorskip("torch.utils.data")
+    torch_data = require_module("torch.utils.data", "the PyTorch DataLoader paths", package="torch")
     import shardstream as ss
 
     urls, keys = _write_worker_shards(http_server, count=4, per_shard=25)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _components import require_module
 from _procs import fork_child
 
 from shardstream.forks import GatedExecutor, gate
@@ -119,7 +120,7 @@ def _counting_child() -> None:
 
 
 def _cpu_monitor(blocker: Blocker) -> Callable[[], None]:
-    pytest.importorskip("psutil")
+    require_module("psutil", "the CPU monitor of the fork tests (psutil)")
     from shardstream.cli._cpu import CPUMonitor
 
     class Blocking(CPUMonitor):

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _components import require_module
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _procs import run_in_session  # noqa: E402
@@ -24,7 +25,7 @@ DEADLINE = 150.0
 @pytest.mark.timeout(200)
 @pytest.mark.skipif(sys.platform == "win32", reason="process groups")
 def test_lightning_ddp_two_cpu_processes_two_epochs(tmp_path: Path) -> None:
-    pytest.importorskip("lightning")
+    require_module("lightning", "the Lightning integration")
     report = tmp_path / "report.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SHARDSTREAM_", "WDS_"))}
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS"):

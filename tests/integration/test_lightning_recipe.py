@@ -12,11 +12,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _components import require_module
 
 import shardstream as wds
 
-L = pytest.importorskip("lightning.pytorch")
-torch = pytest.importorskip("torch")
+L = require_module("lightning.pytorch", "the Lightning integration", package="lightning")
+torch = require_module("torch", "the PyTorch DataLoader and tensor paths")
 
 pytestmark = [
     pytest.mark.timeout(120),

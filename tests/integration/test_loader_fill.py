@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _components import require_module
 
 import shardstream as ss
 from shardstream.compat.writer import TarWriter
@@ -21,9 +22,9 @@ from shardstream.decoders.deferred import DeferredArray
 from shardstream.errors import DecodingError
 from shardstream.pipeline.parallel import Threads
 
-Image = pytest.importorskip("PIL.Image")
-pytest.importorskip("simplejpeg")
-torch = pytest.importorskip("torch")
+Image = require_module("PIL.Image", "image encoding and decoding with Pillow", package="Pillow")
+require_module("simplejpeg", "JPEG decoding with simplejpeg")
+torch = require_module("torch", "the PyTorch DataLoader and tensor paths")
 
 COUNTS = [13, 9, 17]
 BAD = "s1_00004"  # its JPEG is cut short after the header (see _write)

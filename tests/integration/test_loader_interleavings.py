@@ -15,9 +15,11 @@ above, not on this test.
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import sys
+import threading
 import time
 import zlib
 from collections.abc import Iterator
@@ -25,6 +27,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _components import require_module
 from _loader_cases import write_shards
 
 import shardstream as ss
@@ -85,7 +88,7 @@ def _skipped(loader: ss.Loader) -> int:
 
 
 def test_batches_skips_and_positions_are_the_one_thread_ones(text_urls: list[str]) -> None:
-    with ss.Loader(_text_pipeline(text_urls), batch_size=3) as one:
+    with ss.Loader(_text_pipeline(text_urls), batch_size=3, num_threads=1) as one:
         reference = [list(_keys(one)), list(_keys(one))]
         skipped = _skipped(one)
     assert skipped > 0 and reference[0] != reference[1]
@@ -104,7 +107,7 @@ def test_batches_skips_and_positions_are_the_one_thread_ones(text_urls: list[str
             head = [next(it) for _ in range(stop_at)]
             state = json.loads(json.dumps(loader.state_dict()))
         assert head == flat[:stop_at]
-        with ss.Loader(_text_pipeline(text_urls), batch_size=3) as resumed:
+        with ss.Loader(_text_pipeline(text_urls), batch_size=3, num_threads=1) as resumed:
             resumed.load_state_dict(state)
             assert list(_keys(resumed)) == flat[stop_at:], f"resumed after {stop_at} batches"
 
@@ -126,8 +129,8 @@ def _jpeg_pipeline(urls: list[str]) -> Any:
 def test_rows_decoded_into_shared_batches_are_each_written_once(
     jpeg_urls: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pytest.importorskip("simplejpeg")
-    torch = pytest.importorskip("torch")
+    require_module("simplejpeg", "JPEG decoding with simplejpeg")
+    torch = require_module("torch", "the PyTorch DataLoader and tensor paths")
     from shardstream.decoders import image as image_module
 
     eager = [(np.asarray(x), int(y)) for x, y in _jpeg_pipeline(jpeg_urls)]
@@ -153,3 +156,60 @@ def test_rows_decoded_into_shared_batches_are_each_written_once(
             assert [y for _, y in rows] == [y for _, y in eager]
             for i, ((got, _), (want, _)) in enumerate(zip(rows, eager, strict=True)):
                 assert np.array_equal(got, want), f"row {i} on {threads} threads"
+
+
+# -- large chunks: items skipped and dropped inside a chunk, positions taken in the middle of one --
+
+
+@pytest.fixture(scope="module")
+def many_urls(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    import _resume_cases
+
+    return _resume_cases.write_shards(tmp_path_factory.mktemp("interleave_chunks"), [150, 170, 160, 140])
+
+
+def _slow_jitter(sample: dict[str, Any]) -> dict[str, Any]:
+    """Waits 0-2 ms (the GIL released), stamps the thread it ran on, fails one sample in six."""
+    time.sleep(random.random() * 2e-3)
+    sample["thread"] = threading.current_thread().name
+    if _crc(sample["__key__"]) % 6 == 0:
+        raise ValueError(f"bad sample {sample['__key__']}")
+    return sample
+
+
+def _chunked_pipeline(urls: list[str]) -> Any:
+    return (
+        ss.Dataset(urls, shuffle_shards=False)
+        .decode()
+        .map(_slow_jitter, handler=ss.ignore_and_continue)
+        .map(_drop_some)
+        .to_tuple("__key__", "thread")
+    )
+
+
+def test_large_chunks_keep_the_one_thread_batches_skips_and_positions(many_urls: list[str]) -> None:
+    """16 threads, items of up to 2 ms: the reading outpaces the pool, so chunks grow to tens of
+    items (what one thread works in a row), with skipped and dropped items inside them, and
+    positions taken after any batch (mid-chunk) continue exactly, on one thread or several."""
+    with ss.Loader(_chunked_pipeline(many_urls), batch_size=5, num_threads=1) as one:
+        reference = list(_keys(one))
+        skipped = _skipped(one)
+    with ss.Loader(_chunked_pipeline(many_urls), batch_size=5, num_threads=16) as loader:
+        batches = [(list(keys), list(threads)) for keys, threads in loader]
+        assert _skipped(loader) == skipped
+    assert [keys for keys, _ in batches] == reference
+    ran_on = [name for _, threads in batches for name in threads]
+    longest = max(len(list(run)) for _, run in itertools.groupby(ran_on))
+    assert longest >= 10, f"no chunk of more than {longest} items"
+
+    flat = reference
+    for stop_at in (1, 9, 33, len(flat) - 3):
+        with ss.Loader(_chunked_pipeline(many_urls), batch_size=5, num_threads=16) as loader:
+            it = _keys(loader)
+            head = [next(it) for _ in range(stop_at)]
+            state = json.loads(json.dumps(loader.state_dict()))
+        assert head == flat[:stop_at]
+        for threads in (1, 4):
+            with ss.Loader(_chunked_pipeline(many_urls), batch_size=5, num_threads=threads) as resumed:
+                resumed.load_state_dict(state)
+                assert list(_keys(resumed)) == flat[stop_at:], f"resumed after {stop_at} on {threads}"

@@ -17,12 +17,13 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _components import require_module
 from _loader_cases import STOPS, stop
 
 import shardstream as ss
 from shardstream.loader.shm import INLINE_MAX
 
-torch = pytest.importorskip("torch")
+torch = require_module("torch", "the PyTorch DataLoader and tensor paths")
 pytestmark = pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="the buffers live in /dev/shm (Linux)")
 
 COUNTS = [40, 37, 52, 31]  # 160 samples; shards of different lengths, so workers end unevenly

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _components import require_module
 
 import shardstream as ss
 from shardstream.compat.writer import TarWriter
@@ -126,7 +127,7 @@ def test_help_takes_the_priority_of_the_work_that_spreads(later: bool, first: st
 
 
 def _write_jpegs(root: Path, count: int = 96) -> list[str]:
-    Image = pytest.importorskip("PIL.Image")
+    Image = require_module("PIL.Image", "image encoding and decoding with Pillow", package="Pillow")
     rng = np.random.default_rng(3)
     url = str(root / "shard-0.tar")
     with TarWriter(url) as sink:
@@ -140,8 +141,8 @@ def _write_jpegs(root: Path, count: int = 96) -> list[str]:
 def test_thread_mode_decodes_one_batch_on_several_threads(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pytest.importorskip("simplejpeg")
-    torch = pytest.importorskip("torch")
+    require_module("simplejpeg", "JPEG decoding with simplejpeg")
+    torch = require_module("torch", "the PyTorch DataLoader and tensor paths")
     urls = _write_jpegs(tmp_path)
     threads_of_row: dict[int, str] = {}
     fill = image_module.ImageHandler._fill

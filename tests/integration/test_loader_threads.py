@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _components import require_cuda, require_module
 from _loader_cases import keys, make, pipeline, state_after, stop, write_shards
 from _procs import run_in_session, run_job
 
@@ -55,7 +56,7 @@ def test_threads_give_exactly_the_one_thread_batches(urls: list[str], case: str)
 
 
 def test_the_loader_makes_tensors_and_collates_like_a_dataloader(urls: list[str]) -> None:
-    torch = pytest.importorskip("torch")
+    torch = require_module("torch", "the PyTorch DataLoader and tensor paths")
     with ss.Loader(pipeline("shuffled", urls), batch_size=4, num_threads=2, drop_last=True) as loader:
         batches = list(loader)
     assert all(isinstance(b[1], torch.Tensor) and b[1].shape == (4,) for b in batches)
@@ -169,15 +170,29 @@ def test_process_mode_reaps_its_workers(urls: list[str]) -> None:
 def test_pin_memory_and_device_are_no_ops_without_cuda(
     urls: list[str], caplog: pytest.LogCaptureFixture
 ) -> None:
-    torch = pytest.importorskip("torch")
-    if torch.cuda.is_available():
-        pytest.skip("CUDA is present: the device path is exercised for real there")
+    torch = require_module("torch", "the PyTorch DataLoader and tensor paths")
+    if torch.cuda.is_available():  # (test_pin_memory_and_device_reach_the_gpu runs there instead)
+        pytest.skip("not tested here: the CPU fallback of pin_memory= and device= (a CUDA device is present)")
     with ss.Loader(
         pipeline("shuffled", urls), batch_size=4, num_threads=2, pin_memory=True, device="cuda"
     ) as L:
         batches = list(L)
     assert batches and all(b[1].device.type == "cpu" for b in batches)
     assert "CUDA is not available" in caplog.text
+
+
+def test_pin_memory_and_device_reach_the_gpu(urls: list[str]) -> None:
+    """The CUDA path itself: pinned batches, and batches copied to the device on a side stream,
+    with the same contents as on the CPU. Skipped without a CUDA device, on CI too (no GPU there)."""
+    require_cuda("pin_memory=True and device='cuda' on a GPU")
+    expected = [b[1] for b in ss.Loader(pipeline("shuffled", urls), batch_size=4, num_threads=2)]
+    with ss.Loader(pipeline("shuffled", urls), batch_size=4, num_threads=2, pin_memory=True) as loader:
+        pinned = [b[1] for b in loader]
+    assert pinned and all(t.is_pinned() for t in pinned)
+    with ss.Loader(pipeline("shuffled", urls), batch_size=4, num_threads=2, device="cuda") as loader:
+        moved = [b[1] for b in loader]
+    assert all(t.device.type == "cuda" for t in moved)
+    assert [t.cpu().tolist() for t in moved] == [t.tolist() for t in expected]
 
 
 def test_the_loader_refuses_what_it_cannot_run() -> None:
@@ -273,7 +288,7 @@ def test_the_device_copy_keeps_the_batch_structure() -> None:
 
     from shardstream.loader.device import move as _move
 
-    torch = pytest.importorskip("torch")
+    torch = require_module("torch", "the PyTorch DataLoader and tensor paths")
     pair = namedtuple("pair", "image label")
     batch = {"x": (torch.ones(2), [torch.zeros(1), "name"]), "p": pair(torch.ones(1), 3)}
     moved = _move(batch, torch.device("cpu"), torch)
@@ -306,7 +321,7 @@ def test_the_verdict_names_a_stage_that_holds_the_gil() -> None:
 
 
 def test_video_decoding_on_the_loader_s_threads_starts_no_ffmpeg_threads_of_its_own() -> None:
-    pytest.importorskip("av")
+    require_module("av", "video and audio decoding with PyAV", package="PyAV")
     from shardstream.decoders._av import thread_count
     from shardstream.pipeline.parallel import Threads
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _components import require_module
 from _procs import run_in_session
 from _servers import HTTPFileServer, SeaweedS3
 
@@ -27,7 +28,7 @@ from shardstream.net.proxy import Proxies
 from shardstream.tar import TarWriter
 
 HERE = Path(__file__).resolve().parent
-trustme = pytest.importorskip("trustme")
+trustme = require_module("trustme", "TLS through proxies (test certificates from trustme)")
 NAMES = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE",
          "AWS_CA_BUNDLE", "SSL_CERT_FILE", "SSL_CERT_DIR")  # fmt: skip
 

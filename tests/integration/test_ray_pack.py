@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _components import require_module
 
 import shardstream as ss
 from shardstream.errors import ConfigurationError
@@ -102,7 +103,7 @@ def test_list_folder_groups_files_by_key(tmp_path: Path) -> None:
 
 
 def test_arguments_are_checked_before_ray_runs(tmp_path: Path) -> None:
-    pytest.importorskip("ray.data", reason="needs the ray extra")
+    require_module("ray.data", "writing shards on Ray (pip install 'shardstream[ray]')", package="ray[data]")
     from shardstream.ray import pack, write_shards
 
     out = str(tmp_path / "out")
@@ -190,7 +191,7 @@ def ray_local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """``ray.init(num_cpus=2)`` once per module; after ``ray.shutdown()`` no process it started lives."""
     import psutil
 
-    pytest.importorskip("ray.data", reason="needs the ray extra: pip install 'shardstream[ray]'")
+    require_module("ray.data", "writing shards on Ray (pip install 'shardstream[ray]')", package="ray[data]")
     import ray
 
     me = psutil.Process()

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _components import require_module
 
 import shardstream as ss
 
@@ -51,7 +52,7 @@ def _run(root: Path, mode: str, out: Path, kind: str, devices: int = 1) -> list[
 # mode (about 11 s) with the slow tests, which CI runs: the default suite stays short on 2 cores.
 @pytest.mark.parametrize("kind", ["web", "threads", pytest.param("processes", marks=pytest.mark.slow)])
 def test_lightning_resumes_mid_epoch_with_exactly_the_remaining_batches(tmp_path: Path, kind: str) -> None:
-    pytest.importorskip("lightning")
+    require_module("lightning", "the Lightning integration")
     for s in range(5):
         with ss.ShardWriter(str(tmp_path / f"p{s}-%02d.tar"), maxcount=1000) as sink:
             for i in range(10 + 3 * s):
@@ -73,7 +74,7 @@ def test_lightning_ddp_two_processes_resume_with_exactly_the_remaining_batches(
 ) -> None:
     """Lightning writes rank 0's checkpoint only: the loader gathers every rank's state into it
     when Lightning takes it, and each rank restores its own."""
-    pytest.importorskip("lightning")
+    require_module("lightning", "the Lightning integration")
     for s in range(6):
         with ss.ShardWriter(str(tmp_path / f"p{s}-%02d.tar"), maxcount=1000) as sink:
             for i in range(10 + 3 * s):

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _components import require_module
 from _servers import Cut, FaultProxy
 
 import shardstream as ss
@@ -410,8 +411,12 @@ def test_access_token_is_sent_and_never_shown(gcs_server: FakeGCS, bucket: str) 
 def test_service_account_key_file(gcs_server: FakeGCS, bucket: str, tmp_path: Path) -> None:
     """A key file loads through google-auth, which signs a JWT and exchanges it at the key's
     token_uri (here a loopback endpoint); the token it gets is what the emulator is sent."""
-    rsa = pytest.importorskip("cryptography.hazmat.primitives.asymmetric.rsa")
-    serialization = pytest.importorskip("cryptography.hazmat.primitives.serialization")
+    rsa = require_module(
+        "cryptography.hazmat.primitives.asymmetric.rsa", "service-account key signing (cryptography)"
+    )
+    serialization = require_module(
+        "cryptography.hazmat.primitives.serialization", "service-account key signing (cryptography)"
+    )
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     pem = key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
@@ -540,8 +545,12 @@ def test_a_revoked_token_is_refreshed_on_the_object_fetch_path(
     """Many small objects go through ``get_many`` on one epoll loop. A 401 to a token that can
     be renewed is a RETRY there (not a final error): the retry's ``get_into`` (what the fetch
     loop does with a RETRY) refreshes the token once, and the session goes on with the new one."""
-    rsa = pytest.importorskip("cryptography.hazmat.primitives.asymmetric.rsa")
-    serialization = pytest.importorskip("cryptography.hazmat.primitives.serialization")
+    rsa = require_module(
+        "cryptography.hazmat.primitives.asymmetric.rsa", "service-account key signing (cryptography)"
+    )
+    serialization = require_module(
+        "cryptography.hazmat.primitives.serialization", "service-account key signing (cryptography)"
+    )
     pem = (
         rsa.generate_private_key(public_exponent=65537, key_size=2048)
         .private_bytes(

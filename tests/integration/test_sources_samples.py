@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from _components import require_module
 from _servers import Cut, FaultProxy, SeaweedS3
 
 import shardstream.tar.samples as tar_samples
@@ -62,7 +63,7 @@ def test_samples_survive_cuts_at_many_offsets(
 
 
 def test_dataloader_workers_stream_from_s3(s3_server: SeaweedS3, s3_bucket: str) -> None:
-    torch_data = pytest.importorskip("torch.utils.data")
+    torch_data = require_module("torch.utils.data", "the PyTorch DataLoader paths", package="torch")
     urls = _write_shards(s3_server, s3_bucket, shards=4, per_shard=50)
     opts = s3_server.storage_options
 

@@ -15,9 +15,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _components import require_module
 
-pytest.importorskip("av")
-torch = pytest.importorskip("torch")
+require_module("av", "video and audio decoding with PyAV", package="PyAV")
+torch = require_module("torch", "the PyTorch DataLoader and tensor paths")
 
 from _procs import run_spawned  # noqa: E402
 

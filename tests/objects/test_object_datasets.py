@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _components import require_module
 from _faults import FaultProxy
 from _prefix import Prefix
 from _servers import SeaweedS3
@@ -21,7 +22,7 @@ from shardstream.objects import Manifest
 
 pytestmark = pytest.mark.s3
 
-torch = pytest.importorskip("torch")
+torch = require_module("torch", "the PyTorch DataLoader and tensor paths")
 
 
 def _quiet() -> Any:
@@ -111,11 +112,10 @@ def test_listing_once_and_manifest_reuse(s3_server: SeaweedS3, samples40: Prefix
         keys.write_text("".join(f"{i:05d}.txt\n{i:05d}.cls\n" for i in range(0, 40, 2)))
         user = ss.ObjectStream(samples40.url, storage_options=opts, manifest=str(keys), shuffle=False)
         assert [s["__key__"] for s in user] == [f"{i:05d}" for i in range(0, 40, 2)]
-        inventory = tmp_path / "inventory.csv"
+        inventory = tmp_path / "inventory.csv"  # bucket, key, size (sizes bound the GETs)
+        sizes = {(i, e): len(samples40.expected(i)[e]) for i in range(3) for e in ("txt", "cls")}
         inventory.write_text(
-            "".join(
-                f'"{samples40.bucket}","train/{i:05d}.{e}","9"\n' for i in range(3) for e in ("txt", "cls")
-            )
+            "".join(f'"{samples40.bucket}","train/{i:05d}.{e}","{n}"\n' for (i, e), n in sizes.items())
         )
         inv = ss.ObjectDataset(samples40.url, storage_options=opts, manifest=str(inventory))
         assert inv.keys == ["00000", "00001", "00002"] and _check(samples40, inv[2]) == 2

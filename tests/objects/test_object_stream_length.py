@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _components import require_module
 from _lengths import check_lengths, count
 from _prefix import Prefix
 
@@ -19,7 +20,7 @@ from shardstream.shards.world import World
 # 3 workers on a 2-core machine: torch warns about it, the test wants exactly that
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
 
-torch = pytest.importorskip("torch")
+torch = require_module("torch", "the PyTorch DataLoader and tensor paths")
 
 COUNTS = (5, 11, 16)
 #: (split, batch_size of the split's quotas): every n-th sample, whole batches of 2, exact by 3.

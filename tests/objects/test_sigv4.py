@@ -6,6 +6,7 @@ import calendar
 import time
 
 import pytest
+from _components import require_module
 
 from shardstream.sources._sigv4 import EMPTY_SHA256, Credentials, SigV4Signer, uri_encode
 
@@ -46,7 +47,7 @@ def test_signing_key_is_cached_per_day_and_secret() -> None:
 @pytest.mark.parametrize("key", ["plain.txt", "dir/with space/ü.jpg", "a+b=c&d~e!(x).cls"])
 def test_matches_botocore(key: str) -> None:
     """Same canonical request and signature as botocore's S3SigV4Auth for awkward keys."""
-    pytest.importorskip("botocore")
+    require_module("botocore", "SigV4 signing compared with botocore's")
     from botocore.auth import S3SigV4Auth
     from botocore.awsrequest import AWSRequest
     from botocore.credentials import Credentials as BotoCredentials

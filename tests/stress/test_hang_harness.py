@@ -13,6 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from _components import require_module
 from hang_harness import identity
 
 HARNESS = Path(__file__).resolve().parent / "hang_harness.py"
@@ -21,7 +22,7 @@ HARNESS = Path(__file__).resolve().parent / "hang_harness.py"
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_two_launches_of_the_ddp_harness_never_hang_and_leave_no_process(tmp_path: Path) -> None:
-    pytest.importorskip("lightning")
+    require_module("lightning", "the Lightning integration")
     out = tmp_path / "hang"
     cmd = [sys.executable, str(HARNESS), "--launches", "2", "--worlds", "2,3", "--hog"]
     cmd += ["--stores", "local,http", "--timeout", "60", "--out", str(out)]

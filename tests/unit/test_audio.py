@@ -13,8 +13,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _components import require_module
 
-av = pytest.importorskip("av")
+av = require_module("av", "video and audio decoding with PyAV", package="PyAV")
 
 import shardstream as ss  # noqa: E402
 from shardstream.decoders import AudioWindows, Decoder, torch_audio  # noqa: E402
@@ -69,7 +70,7 @@ def test_whole_file_decoding(tones: dict[str, bytes], ext: str) -> None:
 
 
 def test_torch_audio_keeps_webdatasets_return_value(tones: dict[str, bytes]) -> None:
-    torch = pytest.importorskip("torch")
+    torch = require_module("torch", "the PyTorch DataLoader and tensor paths")
     waveform, rate = torch_audio(".flac", tones["flac"])
     assert isinstance(waveform, torch.Tensor) and waveform.dtype == torch.float32
     assert waveform.shape == (2, SECONDS * 44100) and rate == 44100
@@ -165,7 +166,7 @@ def test_audio_of_a_video() -> None:
 
 
 def test_torch_output(tones: dict[str, bytes]) -> None:
-    torch = pytest.importorskip("torch")
+    torch = require_module("torch", "the PyTorch DataLoader and tensor paths")
     result = AudioWindows(0.1, windows=2, sample_rate=16000)(".wav", tones["wav"])
     assert result is not None
     assert result["samples"].dtype == torch.float32 and result["samples"].shape == (2, 2, 1600)

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _components import require_module
 
 import shardstream as wds
 import shardstream.cache as sscache
@@ -67,16 +68,10 @@ def test_cache_size_zero_disables_and_env_size_is_read(
     list(wds.WebDataset([shard_url], shardshuffle=False, cache_dir=str(tmp_path / "c"), cache_size=0))
     assert not (tmp_path / "c").exists()
     monkeypatch.setenv("WDS_CACHE_SIZE", "1M")
-    from shardstream.compat.webdataset import _cache_policy
+    from shardstream.datasets.options import translate  # (both front doors' translation)
 
-    policy = _cache_policy(str(tmp_path / "d"), _unset(), None)  # type: ignore[arg-type]
-    assert policy is not None and policy.size_bytes == 1 << 20
-
-
-def _unset() -> object:
-    from shardstream.config import UNSET
-
-    return UNSET
+    policy = translate(cache_dir=str(tmp_path / "d")).cache  # cache_size unset: the environment's
+    assert isinstance(policy, wds.CachePolicy) and policy.size_bytes == 1 << 20
 
 
 def test_filecache_downloads_once_and_validates(tmp_path: Path, shard_url: str) -> None:
@@ -112,7 +107,9 @@ def test_lru_cleanup_deletes_only_own_idle_entries(tmp_path: Path) -> None:
 
 def test_exports_sorted_and_webdataset_names_present() -> None:
     assert sscache.__all__ == sorted(sscache.__all__)
-    wds_cache = pytest.importorskip("webdataset.cache")
+    wds_cache = require_module(
+        "webdataset.cache", "the comparison with WebDataset 1.0.2's cache naming", package="webdataset"
+    )
     public = [
         "FileCache", "LRUCleanup", "StreamingOpen", "check_tar_format", "download", "get_filetype",
         "islocal", "magic_filetype", "pipe_cleaner", "url_to_cache_name",

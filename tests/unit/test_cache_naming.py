@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from _components import require_module
 
 from shardstream.cache.naming import cache_name, check_name, pipe_cleaner, url_to_cache_name
 from shardstream.errors import ConfigurationError
@@ -67,7 +68,9 @@ def test_check_name_rejects_escapes_with_fix() -> None:
 
 
 def test_url_to_cache_name_is_webdatasets() -> None:
-    wds_cache = pytest.importorskip("webdataset.cache")
+    wds_cache = require_module(
+        "webdataset.cache", "the comparison with WebDataset 1.0.2's cache naming", package="webdataset"
+    )
     for url in ("s3://b/a/x.tar", "http://h/a/b/c.tar", "gs://b/x.tar", "weird:thing/x"):
         for ndir in (0, 1):
             assert url_to_cache_name(url, ndir) == wds_cache.url_to_cache_name(url, ndir)

@@ -33,7 +33,7 @@ def test_bench_prints_every_field(shards: list[str], capsys: pytest.CaptureFixtu
     assert main(["bench", *shards, "--batch-size", "5"]) == 0
     out = capsys.readouterr().out
     fields = _lines(out)
-    assert out.startswith("shardstream bench: 2 shards, batch 5, 0 workers")
+    assert out.startswith("shardstream bench: 2 shards, batch 5, ss.Loader, 0 workers, 1 thread per process")
     assert fields["samples"] == "24"
     assert fields["batches"] == "5"  # 24 samples in batches of 5 (batches span shards), the last partial
     for name in (

@@ -61,6 +61,59 @@ def test_ls_brace_spec_json_reads_the_index(dataset: Path, capsys: pytest.Captur
     assert [s["bytes"] for s in scanned["shards"]] == [s["bytes"] for s in result["shards"]]
 
 
+def test_ls_reads_extensions_from_the_index_shardwriter_wrote(
+    dataset: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["ls", str(dataset)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert all("cls:10 json:10 txt:10 " in line for line in lines[1:4]), lines
+    assert "cls:30 json:30 txt:30 " in lines[4] and "? (--scan)" not in "".join(lines)
+    assert main(["ls", str(dataset), "--json"]) == 0
+    result = _json(capsys)
+    assert [s["from"] for s in result["shards"]] == ["index"] * 3
+    assert [s["extensions"] for s in result["shards"]] == [{"cls": 10, "json": 10, "txt": 10}] * 3
+    assert result["total"]["extensions"] == {"cls": 30, "json": 30, "txt": 30}
+    assert main(["ls", str(dataset), "--json", "--scan"]) == 0
+    assert _json(capsys)["shards"] == [{**s, "from": "scan"} for s in result["shards"]]
+
+
+def test_ls_of_an_index_without_extensions_says_how_to_get_them(
+    dataset: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    info = dataset / "_info.json"
+    data = json.loads(info.read_text())
+    for entry in data["shards"]:
+        del entry["extensions"]  # as indexes written before ShardWriter recorded them
+    info.write_text(json.dumps(data))
+    assert main(["ls", str(dataset)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert all("? (--scan)" in line for line in lines[1:5]) and "total: 3 shards" in lines[4]
+    assert [line.split()[0] for line in lines[1:4]] == ["10", "10", "10"]  # counts still from it
+
+
+def test_ls_does_not_take_a_truncated_shard_s_figures_from_the_index(
+    dataset: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shard = dataset / "d-000001.tar"
+    indexed = shard.stat().st_size
+    shard.write_bytes(shard.read_bytes()[: _member_offsets(shard)["k0015.cls"]])  # cut before k0015
+    assert main(["ls", str(dataset), "--json"]) == 1
+    captured = capsys.readouterr()
+    rows = json.loads(captured.out)["shards"]
+    # k0010-k0013 read whole; k0014 may miss fields (no end-of-archive marker after it): dropped
+    assert [(r["from"], r["samples"]) for r in rows] == [("index", 10), ("scan", 4), ("index", 10)]
+    assert rows[1]["bytes"] == shard.stat().st_size
+    assert (
+        f"problem: {shard}: index says {indexed:,} bytes, the shard has {shard.stat().st_size:,} "
+        f"(cut short or rewritten since {dataset}/_info.json was written; its row is read from the "
+        f"shard): run `shardstream verify {dataset}`\n"
+    ) in captured.err
+    assert f"problem: {shard} at byte {shard.stat().st_size}: " in captured.err  # what reading found
+    assert main(["verify", str(dataset)]) == 1
+    out = capsys.readouterr().out
+    assert f"{shard}: size differs from the index: {indexed:,} bytes listed" in out
+
+
 def test_ls_one_shard_lists_members_and_members_flag(
     dataset: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -144,6 +197,7 @@ def test_verify_reports_each_broken_case(dataset: Path, capsys: pytest.CaptureFi
     shard0, shard1, shard2 = (dataset / f"d-{i:06d}.tar" for i in range(3))
     offsets = _member_offsets(shard0)
     _flip_header_byte(shard0, offsets["k0004.json"])  # bad header checksum
+    indexed_size = shard1.stat().st_size
     shard1.write_bytes(shard1.read_bytes()[: _member_offsets(shard1)["k0015.txt"] + 700])  # truncated
     with TarWriter(str(dataset / "d-000003.tar")) as w:  # a duplicate key and a bad JSON, not indexed
         w.write({"__key__": "k0025", "txt": "again"})
@@ -155,18 +209,23 @@ def test_verify_reports_each_broken_case(dataset: Path, capsys: pytest.CaptureFi
     }
     assert problems[("d-000000.tar", None, offsets["k0004.json"])].startswith("bad tar header checksum")
     truncated = [v for (url, *_), v in problems.items() if url == "d-000001.tar"]
-    assert len(truncated) == 1 and "truncated" in truncated[0]
+    assert len(truncated) == 2 and "truncated" in truncated[0]
+    # the index's size for it is no longer true either: both sizes, with the shard's URL
+    assert truncated[1] == (
+        f"size differs from the index: {indexed_size:,} bytes listed in {dataset}/_info.json, "
+        f"{shard1.stat().st_size:,} in the shard (cut short or rewritten since it was indexed)"
+    )
     dup = [(k, v) for k, v in problems.items() if "duplicate key 'k0025'" in v]
     assert len(dup) == 1 and dup[0][0][:3] == ("d-000003.tar", None, 0) and str(shard2) in dup[0][1]
     bad_json = [(k, v) for k, v in problems.items() if k[1] == "x.json"]
     assert len(bad_json) == 1 and bad_json[0][1].startswith("cannot decode .json: JSONDecodeError")
     assert "index out of date: it does not list d-000003.tar" in problems.values()
-    assert report["ok"] is False and report["problem_count"] == len(report["problems"]) == 5
+    assert report["ok"] is False and report["problem_count"] == len(report["problems"]) == 6
     # the plain report: one line per problem with URL, member and byte offset, then the summary
     assert main(["verify", str(dataset)]) == 1
     lines = capsys.readouterr().out.splitlines()
     assert f"{shard0} at byte {offsets['k0004.json']}: bad tar header checksum" in lines[0]
-    assert lines[-1].endswith(": 4 problems")
+    assert lines[-1].endswith(": 5 problems")
 
 
 def test_verify_index_out_of_date(dataset: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -251,5 +310,9 @@ def test_ls_of_a_copied_prefix_uses_the_index(
     other = tmp_path / "only-index"
     other.mkdir()
     shutil.copy(dataset / "_info.json", other / "_info.json")
-    assert main(["ls", str(other)]) == 0  # the index names the shards; their rows come from it
-    assert "total: 3 shards" in capsys.readouterr().out
+    # The index names the shards; that none of them exists is reported, not hidden behind its figures.
+    assert main(["ls", str(other)]) == 1
+    captured = capsys.readouterr()
+    assert "total: 3 shards" in captured.out
+    for i in range(3):
+        assert f"problem: {other}/d-00000{i}.tar: cannot open: " in captured.err

@@ -17,12 +17,13 @@ import textwrap
 from typing import Any
 
 import pytest
+from _components import require_module
 
 from shardstream.decoders import Decoder, ImageHandler, _jpeg, imagespecs
 from shardstream.errors import DecodingError
 
-Image = pytest.importorskip("PIL.Image")
-pytest.importorskip("simplejpeg")
+Image = require_module("PIL.Image", "image encoding and decoding with Pillow", package="Pillow")
+require_module("simplejpeg", "JPEG decoding with simplejpeg")
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -75,7 +76,7 @@ def test_crafted_bombs_are_tiny_and_claim_their_size(monkeypatch: pytest.MonkeyP
 
 def _needs_torch(spec: str) -> None:
     if imagespecs[spec].atype == "torch":
-        pytest.importorskip("torch")
+        require_module("torch", "the PyTorch DataLoader and tensor paths")
 
 
 @pytest.mark.parametrize("spec", SPECS)

@@ -12,6 +12,7 @@ import numpy as np
 import PIL.Image
 import pytest
 import torch
+from _components import require_component, require_module
 
 from shardstream.decoders import (
     Continue,
@@ -148,7 +149,9 @@ def test_rgba_alpha_is_kept() -> None:
 
 @pytest.mark.parametrize("spec", sorted(SPECS))
 def test_specs_match_webdataset_on_png(spec: str) -> None:
-    wds_autodecode = pytest.importorskip("webdataset.autodecode")
+    wds_autodecode = require_module(
+        "webdataset.autodecode", "the comparison with WebDataset 1.0.2's decoders", package="webdataset"
+    )
     data = _encode(_smooth(), "PNG")
     ours = imagehandler(spec)(".png", data)
     theirs = wds_autodecode.imagehandler(spec)(".png", data)
@@ -171,10 +174,14 @@ def test_unknown_spec_is_configuration_error() -> None:
 
 # ------------------------------------------------------------------ fast JPEG
 
-needs_fast = pytest.mark.skipif(get_backend("auto") is None, reason="no simplejpeg/PyTurboJPEG installed")
+
+@pytest.fixture
+def needs_fast() -> None:
+    present = get_backend("auto") is not None
+    require_component("simplejpeg or PyTurboJPEG", "the fast JPEG decoders against Pillow", present=present)
 
 
-@needs_fast
+@pytest.mark.usefixtures("needs_fast")
 @pytest.mark.parametrize(
     "spec", ["rgb8", "l8", "rgba8", "rgb", "l", "torchrgb8", "torchl8", "torchrgb", "torchrgba"]
 )
@@ -202,7 +209,7 @@ def test_fast_jpeg_matches_pillow(spec: str, variant: str) -> None:
     assert diff.mean() < 0.5 and diff.max() <= 2
 
 
-@needs_fast
+@pytest.mark.usefixtures("needs_fast")
 def test_fast_jpeg_channel_order() -> None:
     data = _encode(_quadrants(64, 64), "JPEG", quality=95)
     out = imagehandler("rgb8")(".jpg", data)
@@ -245,7 +252,9 @@ def test_corrupt_jpeg_raises_decoding_error() -> None:
 
 
 def test_basic_types_match_webdataset_default_decoder() -> None:
-    wds_autodecode = pytest.importorskip("webdataset.autodecode")
+    wds_autodecode = require_module(
+        "webdataset.autodecode", "the comparison with WebDataset 1.0.2's decoders", package="webdataset"
+    )
     sample = {
         "__key__": b"k",
         "txt": "héllo".encode(),
@@ -481,7 +490,7 @@ def test_video_and_audio_handlers() -> None:
     DecodingError naming the field, which the pipeline's handler applies."""
     assert torch_video(".txt", b"x") is None
     assert torch_audio(".txt", b"x") is None
-    pytest.importorskip("av")
+    require_module("av", "video and audio decoding with PyAV", package="PyAV")
     with pytest.raises(DecodingError, match="mp4"):
         torch_video(".mp4", b"not a video")
     with pytest.raises(DecodingError, match="wav"):

@@ -13,6 +13,7 @@ import numpy as np
 import PIL.Image
 import pytest
 import torch
+from _components import require_module
 
 from shardstream.decoders import Decoder
 from shardstream.errors import ConfigurationError, UnsafeOperationError
@@ -61,7 +62,7 @@ def test_json_roundtrip(ext: str) -> None:
 
 @pytest.mark.parametrize("ext", ["mp", "msgpack", "msg"])
 def test_msgpack_roundtrip(ext: str) -> None:
-    pytest.importorskip("msgpack")
+    require_module("msgpack", "msgpack encoding")
     value = {"a": [1, 2], "b": b"\x00bytes"}
     assert _roundtrip(ext, value) == value
 
@@ -218,7 +219,7 @@ def test_make_encoder_specs() -> None:
 # webdataset 1.0.2 leaves its shard file for the garbage collector (a ResourceWarning, not ours)
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 def test_webdataset_reads_our_shards(tmp_path: Path) -> None:
-    wds = pytest.importorskip("webdataset")
+    wds = require_module("webdataset", "the comparison with WebDataset 1.0.2")
     path = tmp_path / "shard-000000.tar"
     with TarWriter(str(path)) as writer:
         for i in range(3):

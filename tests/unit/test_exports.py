@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 
 import pytest
+from _components import require_module
 
 import shardstream
 
@@ -57,7 +58,7 @@ def test_all_is_sorted_and_complete() -> None:
     }
 
 
-wds = pytest.importorskip("webdataset")
+wds = require_module("webdataset", "the comparison with WebDataset 1.0.2")
 WDS_NAMES = sorted(n for n in dir(wds) if not n.startswith("_") and n not in NOT_PROVIDED)
 
 

@@ -10,12 +10,13 @@ from typing import Any
 import numpy as np
 import PIL.Image
 import pytest
+from _components import require_module
 
 from shardstream.decoders import Decoder
 from shardstream.decoders._jpeg import get_into, scan_frame
 from shardstream.decoders.deferred import DeferredArray
 
-simplejpeg = pytest.importorskip("simplejpeg")
+simplejpeg = require_module("simplejpeg", "JPEG decoding with simplejpeg")
 
 
 def _image(h: int, w: int, channels: int = 3) -> np.ndarray[Any, Any]:

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _components import require_module
 
 import shardstream as ss
 from shardstream.errors import ConfigurationError, StateError
@@ -281,7 +282,7 @@ def _lists() -> list[list[str]]:
 
 @pytest.mark.parametrize("longest", [False, True])
 def test_round_robin_is_webdataset_s(longest: bool) -> None:
-    wds = pytest.importorskip("webdataset")
+    wds = require_module("webdataset", "the comparison with WebDataset 1.0.2")
     theirs = list(wds.RoundRobin(_lists(), longest=longest))
     assert list(ss.RoundRobin(_lists(), longest=longest)) == theirs
     assert theirs[:6] == ["x0", "y0", "z0", "x1", "y1", "z1"]
@@ -337,7 +338,12 @@ def test_each_rank_mixes_its_own_share(shards: dict[str, list[str]]) -> None:
     """With an explicit world, each rank's sources split by rank, and the mixture covers each
     rank's share: the two ranks together read every sample of a longest mixture once."""
     halves = [
-        _keys(ss.Mix([ss.Dataset(shards[n], seed=1, world=ss.World(r, 2)) for n in "ac"], stop="longest"))
+        _keys(
+            ss.Mix(
+                [ss.Dataset(shards[n], seed=1, world=ss.World(r, 2), split="shards") for n in "ac"],
+                stop="longest",
+            )
+        )
         for r in (0, 1)
     ]
     assert not set(halves[0]) & set(halves[1])

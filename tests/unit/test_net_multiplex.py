@@ -5,16 +5,14 @@ client, a server-closed idle connection, refused and silent servers, TLS, wake-u
 from __future__ import annotations
 
 import http.client
-import shutil
 import socket
 import ssl
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
+from _components import require_module
 
 from shardstream.net.multiplex import AVAILABLE, Answer, Multiplexer, borrow
 from shardstream.net.whole import WholeBodyPool, render_request
@@ -350,22 +348,15 @@ def test_close_closes_requests_in_flight(
 
 
 @pytest.fixture
-def tls(tmp_path: Path) -> tuple[ssl.SSLContext, ssl.SSLContext]:
-    """A server context with a fresh self-signed certificate for 127.0.0.1, and a client context
-    that trusts only it."""
-    openssl = shutil.which("openssl")
-    if openssl is None:
-        pytest.skip("needs the openssl command to make a test certificate")
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(
-        [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1"]
-        + ["-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-        check=True,
-        capture_output=True,
-    )
+def tls() -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    """A server context with a fresh certificate for 127.0.0.1 from a test CA (trustme, as in the
+    proxy tests), and a client context that trusts only that CA."""
+    trustme = require_module("trustme", "TLS on the epoll loop (test certificates from trustme)")
+    ca = trustme.CA()
     server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    server.load_cert_chain(cert, key)
-    client = ssl.create_default_context(cafile=str(cert))
+    ca.issue_cert("127.0.0.1").configure_cert(server)
+    client = ssl.create_default_context()
+    ca.configure_trust(client)
     return server, client
 
 

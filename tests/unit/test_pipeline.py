@@ -109,8 +109,12 @@ def test_with_length_and_repeat(make_shards) -> None:
     assert len(ds) == 99
     assert keys_of(ds) == keys
     assert keys_of(wds.WebDataset(spec).repeat(2)) == keys + keys
-    with pytest.raises(TypeError, match="length is unknown"):
+    with pytest.raises(TypeError, match="length is unknown") as info:
         len(wds.WebDataset(spec))
+    assert "split='equal'" in str(info.value) and ".with_epoch(n)" in str(info.value)
+    with pytest.raises(TypeError, match="length is unknown") as info:
+        len(wds.DataPipeline(lambda: iter(range(3))))
+    assert "split='equal'" in str(info.value) and "caps nothing" in str(info.value)
 
 
 def test_empty_spec_is_a_clear_value_error() -> None:

@@ -248,3 +248,12 @@ def test_open_and_retry_log_lines_are_redacted(
     assert "retry 1/2" in caplog.text and "open https://***@host/k.tar" in caplog.text
     assert value not in caplog.text and "PassWord1" not in caplog.text
     assert value not in reader.url
+
+
+def test_credential_keywords_stay_readable_and_token_values_do_not() -> None:
+    """gcsfs's ``token=`` keywords name a kind of credentials, so a hint may show them; any
+    other quoted value of a secret-named field is a secret."""
+    hint = "pass storage_options={'token': 'anon'} or {\"token\": \"google_default\"}"
+    assert redact_url(hint) == hint
+    text = "storage_options={'token': 'ya29.a0AfH6SMBx', \"secret\": \"anon-but-longer\"}"
+    assert redact_url(text) == "storage_options={'token': '***', \"secret\": \"***\"}"

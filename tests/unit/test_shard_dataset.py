@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _components import require_module
 
 import shardstream as ss
 from shardstream.cli.__main__ import main
@@ -191,7 +192,7 @@ def test_pack_writes_offsets_and_sizes(tmp_path: Path) -> None:
 
 
 def test_ray_shard_entries_have_sizes_that_match_their_samples(tmp_path: Path) -> None:
-    pa = pytest.importorskip("pyarrow")
+    pa = require_module("pyarrow", "Ray's Arrow rows (pyarrow, with ray[data])")
     from shardstream.ray._tasks import assign_shards, encode_rows, write_shard
     from shardstream.ray._write import entry_with_sizes
 

@@ -11,14 +11,17 @@ import sys
 from collections.abc import Iterator
 
 import pytest
+from _components import require_module
 
 from shardstream.errors import (
     AccessDeniedError,
+    ResponseTooLargeError,
     ShardNotFoundError,
     SourceError,
     TransientSourceError,
 )
 from shardstream.net.proxy import ProxyError
+from shardstream.net.whole import BodyTooLarge
 from shardstream.sources._resume import ObjectChangedError
 from shardstream.sources._status import network_error, status_error
 
@@ -70,6 +73,12 @@ def test_status_mapping(status: int, cls: type[SourceError]) -> None:
         (http.client.RemoteDisconnected("closed"), TransientSourceError, "RemoteDisconnected"),
         (http.client.BadStatusLine("HTTP/"), TransientSourceError, "BadStatusLine"),
         (ssl.SSLCertVerificationError(1, "bad cert"), SourceError, "verify="),
+        (BodyTooLarge(10 << 30, 1 << 30, announced=True, expected=False), ResponseTooLargeError, "max_body="),
+        (
+            BodyTooLarge(2000, 1000, announced=False, expected=True),
+            ResponseTooLargeError,
+            "1,000 bytes expected",
+        ),
         (ValueError("weird"), SourceError, "unexpected error"),
         (
             ProxyError("the proxy http://p:3128 (from ALL_PROXY) is down", transient=True),
@@ -92,7 +101,7 @@ def test_network_mapping(exc: BaseException, cls: type[SourceError], text: str) 
 
 @pytest.fixture(scope="module")
 def s3source() -> Iterator[object]:
-    pytest.importorskip("botocore")
+    require_module("botocore", "the s3:// source's error translation (botocore)")
     from shardstream.sources.s3 import S3Source
 
     source = S3Source(endpoint_url="http://127.0.0.1:9", access_key_id="AKIDX", secret_access_key="hunter2")

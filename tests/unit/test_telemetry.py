@@ -198,3 +198,62 @@ def test_the_verdict_on_synthetic_reports() -> None:
     idle = {**bound, "workers": [{"utilisation": 0.2}, {"utilisation": 0.3}]}
     assert "workers were busy only 25%" in verdict(idle, "worker")
     assert summarize([])["verdict"].startswith("no data yet")
+
+
+def test_a_map_with_rare_long_calls_keeps_its_time(make_shards: ShardFactory) -> None:
+    """Calls preempted on a busy host take many times the usual: a map whose calls take a few
+    microseconds or more is timed at every call, so that the rare long ones count where they
+    happened, not in the next stage's time (``batched`` was blamed for the decode)."""
+    spec, _ = make_shards(counts=[600, 600])
+    calls = 0
+
+    def stalls(sample: dict[str, Any]) -> dict[str, Any]:
+        nonlocal calls
+        calls += 1
+        end = time.perf_counter() + (0.02 if calls % 37 == 0 else 0.00003)  # every 37th: 20 ms
+        while time.perf_counter() < end:
+            pass
+        return sample
+
+    ds = (
+        ss.Dataset(spec, shuffle_shards=False, telemetry=True)
+        .map(stalls)
+        .to_tuple("__key__", "cls")
+        .batched(8)
+    )
+    assert sum(len(keys) for keys, _ in ds) == 1200
+    by_kind = {s["kind"]: s for s in ds.stats()["stages"]}
+    long_calls = 1200 // 37 * 0.02  # seconds at least (busy waits: load only adds time)
+    assert by_kind["map"]["time_s"] >= 0.9 * long_calls, by_kind
+    assert by_kind["batch"]["time_s"] < 0.2 * by_kind["map"]["time_s"], by_kind
+
+
+def test_a_run_on_threads_is_shared_among_its_stages() -> None:
+    """A run of per-sample stages on a loader's threads is timed as one node; its stages get its
+    time by the pool's samples of their calls, and the items each one saw."""
+    from shardstream.telemetry.report import process_view
+
+    schema = [
+        ("3:read", "read", "inclusive"),
+        ("5:decode", "decode", "part"),
+        ("6:map f", "map", "part"),
+        ("7:to_tuple", "fields", "part"),
+        ("7:run on threads", "run", "run"),
+    ]
+    ms = 1_000_000
+    head = (0, 1000 * ms, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0)  # first, last, io, bytes, opens, collate, ...
+    read = (24, 100 * ms, 0)
+    run = (18, 500 * ms, 0)  # 18 items out, 500 ms with everything upstream
+    sampled = (0, 3 * ms, 0), (0, 1 * ms, 6), (0, 0, 0)  # (items, sampled wall ns, skipped)
+    view = process_view(schema, head + read + sum(sampled, ()) + run)
+    rows = {s["stage"]: (round(s["time_s"], 6), s["items"], s["skipped"]) for s in view["stages"]}
+    assert rows == {
+        "3:read tar": (0.1, 24, 0),
+        "3:io": (0.0, 24, 0),
+        "5:decode": (0.3, 24, 0),
+        "6:map f": (0.1, 24, 6),
+        "7:to_tuple": (0.0, 18, 0),
+    }
+    assert view["busy_s"] == 0.5 and view["samples"] == 24
+    unsampled = process_view(schema, head + read + (0, 0, 0) * 3 + run)  # before any sample
+    assert [s["time_s"] for s in unsampled["stages"][2:]] == pytest.approx([0.4 / 3] * 3)

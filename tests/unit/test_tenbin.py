@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _components import require_module
 
 from shardstream import tenbin
 
@@ -107,7 +108,9 @@ def test_stream_and_file_io(tmp_path: Path) -> None:
 
 
 def test_byte_compatible_with_webdataset() -> None:
-    wt = pytest.importorskip("webdataset.tenbin")
+    wt = require_module(
+        "webdataset.tenbin", "the comparison with WebDataset 1.0.2's tenbin", package="webdataset"
+    )
     arrays = [
         np.arange(6, dtype=np.float32).reshape(2, 3),
         np.arange(7, dtype=np.uint8),

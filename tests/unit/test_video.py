@@ -18,8 +18,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _components import require_module
 
-av = pytest.importorskip("av")
+av = require_module("av", "video and audio decoding with PyAV", package="PyAV")
 
 import shardstream as ss  # noqa: E402
 from shardstream.decoders import Decoder, VideoClips, torch_video, video_info  # noqa: E402
@@ -141,7 +142,7 @@ def test_a_clip_longer_than_the_video_repeats_the_last_frame(videos: dict[str, t
 
 
 def test_torch_output_types(videos: dict[str, tuple[str, bytes]]) -> None:
-    torch = pytest.importorskip("torch")
+    torch = require_module("torch", "the PyTorch DataLoader and tensor paths")
     _, data = videos["h264"]
     result = VideoClips(4, clips=2)(".mp4", data)
     assert result is not None
@@ -221,7 +222,7 @@ def test_pipeline_epochs_draw_new_clips_and_repeat_them_for_the_same_epoch(
 
 
 def test_torch_video_keeps_webdatasets_shapes(videos: dict[str, tuple[str, bytes]]) -> None:
-    torch = pytest.importorskip("torch")
+    torch = require_module("torch", "the PyTorch DataLoader and tensor paths")
     for name in ("h264", "mpeg4_audio", "webm"):
         ext, data = videos[name]
         frames, audio, info = torch_video("." + ext, data)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
 
@@ -130,6 +131,26 @@ def _missing_dependency(exc: ImportError) -> str:
     return f"{exc}" + (f" -- install it with: {hint}" if hint and hint not in str(exc) else "")
 
 
+#: How torch re-raises an error of a DataLoader worker: its message holds the worker's traceback.
+_WORKER_ERROR = re.compile(r"\ACaught \w+ (in [^\n]*?)\.\nOriginal Traceback")
+_QUALIFIED = re.compile(r"\A[\w.]+: ")
+
+
+def _message(exc: BaseException) -> str:
+    """The error's message for the one ``error:`` line. An error that torch re-raised from a
+    DataLoader worker carries the worker's whole traceback in its message (dozens of lines): the
+    line is then the worker's own message, and ``-vv`` logs the traceback."""
+    text = str(exc)
+    worker = _WORKER_ERROR.match(text)
+    if worker is None:
+        return text
+    lines = text.rstrip().splitlines()
+    # The exception's own lines follow the traceback's last indented line (a frame or its code).
+    last = max((i for i, line in enumerate(lines) if line[:1].isspace()), default=0)
+    own = _QUALIFIED.sub("", "\n".join(lines[last + 1 :]).strip()) or text
+    return f"{own} ({worker.group(1)}; -vv logs its traceback)"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status: 0 ok, 1 problems found (``verify``, ``ls``,
     ``stat``) or the command failed, 2 usage error or missing package, 130 interrupted.
@@ -149,6 +170,9 @@ def _main(argv: list[str]) -> int:
         level=level, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s: %(message)s"
     )
     logging.getLogger("shardstream").setLevel(level)
+    # azure-identity logs every credential it tried, at WARNING, when none gives a token: a dozen
+    # lines before our error, which says the same in one and names the fix (-v shows them).
+    logging.getLogger("azure.identity").setLevel(level if args.verbose else logging.ERROR)
     run: Runner = args._run
     try:
         return run(args)
@@ -160,7 +184,7 @@ def _main(argv: list[str]) -> int:
         return 2
     except (ShardStreamError, FileNotFoundError, RuntimeError) as exc:
         log.debug("%s failed", args.command, exc_info=True)
-        sys.stderr.write(f"shardstream {args.command}: error: {exc}\n")
+        sys.stderr.write(f"shardstream {args.command}: error: {_message(exc)}\n")
         return 1
     except BrokenPipeError:  # `shardstream ls ... | head`: the reader went away, not an error
         import os

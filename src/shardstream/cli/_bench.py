@@ -1,16 +1,20 @@
 """``shardstream bench``: the empty-training-loop measurement (iterate a loader, no model).
 
 The pipeline is what a training script would build: ``WebDataset(urls)`` (no shard shuffle),
-optional ``.decode(SPEC)`` and ``.to_tuple(...)``, ``.batched(B)`` inside the workers, and a
-``WebLoader(num_workers=W, batch_size=None)``. The main process only counts samples and payload
-bytes. Reported: samples/s, MB/s (of shard bytes when the whole dataset was read, and of payload
-delivered to the loop), the latency to the first batch (worker start-up and shard opening
-included), and CPU of the process and its workers.
+optional ``.decode(SPEC)`` and ``.to_tuple(...)``, and
+``ss.Loader(num_workers=W, num_threads=T, batch_size=B)``: the loader makes the batches itself, so
+JPEGs decoded by an ``rgb8`` spec go straight into the batch (``decoders/deferred.py``). With
+``--webloader`` it is torch's ``DataLoader`` instead (``WebLoader(num_workers=W, batch_size=None)``,
+each worker batching with ``.batched(B)``), as WebDataset training scripts build it. The main
+process only counts samples and payload bytes. Reported: samples/s, MB/s (of shard bytes when the
+whole dataset was read, and of payload delivered to the loop), the latency to the first batch
+(worker start-up and shard opening included), and CPU of the process and its workers.
 
-``--profile`` turns the loader's telemetry on: the time of every stage in every worker, how long
-the loop waited, and the one-line answer to "is the loader the bottleneck, and which stage", as
-a table, plus a PNG of the run (time per stage, samples/s per worker) when matplotlib is
-installed (``shardstream[plot]``).
+``--profile`` turns the loader's telemetry on: the time of every stage in every worker (or, with
+``--workers 0``, on this process's threads), how long the loop waited, and the one-line answer to
+"is the loader the bottleneck, and which stage", as a table, plus a PNG of the run (time per
+stage, samples/s per worker) when matplotlib is installed (``shardstream[plot]``). The report
+is taken once more after the loader is closed: it keeps what the loader measured.
 """
 
 from __future__ import annotations
@@ -25,9 +29,9 @@ from typing import Any
 
 from ..errors import redact_url
 from ._cpu import CPUMonitor, CPUReport, have_psutil
-from ._inspect import add_common
+from ._inspect import URLSPEC_HELP, add_common
 from ._options import parse_options
-from ._profile import Timeline, have_matplotlib, write_png
+from ._profile import Timeline, have_matplotlib, no_timings, write_png
 
 __all__ = ["BenchConfig", "BenchResult", "add_arguments", "format_result", "run", "run_bench"]
 
@@ -47,6 +51,10 @@ class BenchConfig:
     storage_options: Mapping[str, Any] = field(default_factory=dict)
     allow_pipe: bool = False
     profile: bool = False
+    #: ``ss.Loader``'s threads per process (``num_threads``).
+    threads: int = 1
+    #: Measure ``WebLoader`` (torch's DataLoader, batches made in the workers) instead of ``ss.Loader``.
+    webloader: bool = False
 
 
 @dataclass(frozen=True)
@@ -140,10 +148,11 @@ def run_bench(config: BenchConfig) -> BenchResult:
 
     require_torch(purpose="shardstream bench (it measures a torch DataLoader)")
     from ..compat.webdataset import WebDataset
-    from ..loader import WebLoader
-    from ..shards.spec import expand_urls
+    from ..loader import Loader, WebLoader
+    from ._dataset import resolve
 
-    urls = expand_urls(list(config.urls))
+    # As ls/stat/verify take them: brace specs, a local directory or glob, a prefix with an index.
+    urls = resolve(list(config.urls), storage_options=config.storage_options)
     ds: Any = WebDataset(
         urls, shardshuffle=False, storage_options=config.storage_options, allow_pipe=config.allow_pipe
     )
@@ -152,7 +161,10 @@ def run_bench(config: BenchConfig) -> BenchResult:
     if config.to_tuple:
         ds = ds.to_tuple(*config.to_tuple)
     batched = config.batch_size > 0
-    if batched:
+    # WebLoader: each worker batches (a training script's .batched(B) with batch_size=None);
+    # ss.Loader makes the batches itself, and may decode JPEGs straight into them.
+    loader_batches = batched and not config.webloader
+    if batched and not loader_batches:
         ds = ds.batched(config.batch_size)
     samples = batches = payload = 0
     first_batch = 0.0
@@ -162,7 +174,18 @@ def run_bench(config: BenchConfig) -> BenchResult:
     t0 = time.perf_counter()
     try:
         telemetry = True if config.profile else None  # None: SHARDSTREAM_TELEMETRY decides
-        with WebLoader(ds, batch_size=None, num_workers=config.workers, telemetry=telemetry) as loader:
+        made: Any = (
+            WebLoader(ds, batch_size=None, num_workers=config.workers, telemetry=telemetry)
+            if config.webloader
+            else Loader(
+                ds,
+                batch_size=config.batch_size if loader_batches else None,
+                num_workers=config.workers,
+                num_threads=config.threads,
+                telemetry=telemetry,
+            )
+        )
+        with made as loader:
             if config.profile:
                 timeline = Timeline(loader.stats)
                 timeline.take()
@@ -194,7 +217,11 @@ def format_result(config: BenchConfig, result: BenchResult, *, cpu_count: int | 
 
     ncpu = cpu_count or os.cpu_count() or 1
     cpu = result.cpu
-    pipeline = [f"batch {config.batch_size}", f"{config.workers} workers"]
+    if config.webloader:
+        pipeline = [f"batch {config.batch_size}", f"WebLoader, {config.workers} workers"]
+    else:
+        pipeline = [f"batch {config.batch_size}", f"ss.Loader, {config.workers} workers"]
+        pipeline.append(f"{config.threads} thread{'s' if config.threads != 1 else ''} per process")
     if config.decode:
         pipeline.append(f"decode {config.decode}")
     if config.to_tuple:
@@ -225,13 +252,22 @@ def format_result(config: BenchConfig, result: BenchResult, *, cpu_count: int | 
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "urls", nargs="+", metavar="URL", help="shard URLs or brace specs (local, s3://, http://)"
-    )
+    parser.add_argument("urls", nargs="+", metavar="URLSPEC", help=URLSPEC_HELP + " (several may be given)")
     parser.add_argument(
         "--batch-size", type=int, default=32, help="samples per batch; 0 = no batching (default 32)"
     )
-    parser.add_argument("--workers", type=int, default=0, help="DataLoader worker processes (default 0)")
+    parser.add_argument(
+        "--workers", type=int, default=0, help="worker processes (num_workers; default 0: one process)"
+    )
+    parser.add_argument(
+        "--threads", type=int, default=1, help="ss.Loader's threads per process (num_threads; default 1)"
+    )
+    parser.add_argument(
+        "--webloader",
+        action="store_true",
+        help="measure WebLoader (torch's DataLoader, each worker batching with .batched) "
+        "instead of ss.Loader",
+    )
     parser.add_argument("--decode", metavar="SPEC", help='decoder spec, e.g. "rgb8", "pil", "torchrgb"')
     parser.add_argument(
         "--to-tuple", nargs="+", metavar="FIELD", default=[], help='fields, e.g. "jpg;png" cls'
@@ -272,6 +308,8 @@ def run(args: argparse.Namespace) -> int:
         storage_options=parse_options(args.storage_option),
         allow_pipe=args.allow_pipe,
         profile=args.profile,
+        threads=args.threads,
+        webloader=args.webloader,
     )
     result = run_bench(config)
     if args.json:
@@ -289,10 +327,14 @@ def _profile_outputs(profile: dict[str, Any], png: str, *, table: bool) -> None:
 
     from ..telemetry.report import format_table
 
-    if table:
-        sys.stdout.write("\n" + format_table(profile["report"]))
     # In --json mode stdout holds the one JSON object: notes go to stderr.
     notes = sys.stdout if table else sys.stderr
+    why = no_timings(profile["report"])
+    if why is not None:
+        notes.write(f"\nprofile: {why}\n")
+        return
+    if table:
+        sys.stdout.write("\n" + format_table(profile["report"]))
     if have_matplotlib():
         write_png(profile["timeline"], profile["report"], png)
         notes.write(f"profile plot: {png}\n")

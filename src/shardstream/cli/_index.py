@@ -1,13 +1,14 @@
 """``shardstream index URLSPEC``: write the ``_info.json`` index of an existing dataset.
 
 Every shard is read once (in parallel, with a progress bar) for its sample count, byte size,
-samples per extension and each sample's byte offset and size. One index is written per
-directory (or object prefix) of shards, locally or to S3, in the format ``ShardWriter`` writes
-(:mod:`shardstream.tar.index`: the counts table and entries in ``_info.json``, each shard's
-offsets and sizes in its sidecar under ``_offsets/``; an older index is replaced), so
-``split="equal"``, ``len()``, ``ls`` and ``ShardDataset``'s random access need no counting pass.
-With ``--wids``, the ``wids`` index
-(:mod:`shardstream.tar.wids_index`) of all the shards named is written too. A shard that cannot
+samples per extension and each sample's byte offset and size; a local, uncompressed shard is
+walked from header to header instead, its members' data skipped (:mod:`shardstream.tar.walk`).
+One index is written per directory (or object prefix) of shards, locally or to S3, in the format
+``ShardWriter`` writes (:mod:`shardstream.tar.index`: the counts table and entries in
+``_info.json``, each shard's offsets and sizes in its sidecar under ``_offsets/``; an older index
+is replaced), so ``split="equal"``, ``len()``, ``ls`` and ``ShardDataset``'s random access need
+no counting pass. With ``--wids``, the ``wids`` index (:mod:`shardstream.tar.wids_index`) of all
+the shards named is written too. A shard that cannot
 be read completely is reported and nothing is written (exit status 1).
 
 A sample's size is the distance to the next sample's offset; the last sample's runs to the
@@ -64,7 +65,14 @@ def run(args: argparse.Namespace) -> int:
 
     options = parse_options(args.storage_option)
     urls = list(dict.fromkeys(u for spec in args.specs for u in resolve(spec, storage_options=options)))
-    scans = scan_many(urls, storage_options=options, allow_pipe=args.allow_pipe, jobs=args.jobs, desc="index")
+    scans = scan_many(
+        urls,
+        storage_options=options,
+        allow_pipe=args.allow_pipe,
+        jobs=args.jobs,
+        desc="index",
+        headers_only=True,
+    )
     problems = [p for s in scans for p in s.problems]
     if problems:
         for problem in problems:

@@ -16,7 +16,7 @@ from contextlib import closing
 from typing import Any
 
 from ..errors import ShardNotFoundError
-from ._scan import ShardScan
+from ._scan import Problem, ShardScan
 
 __all__ = [
     "DESCRIPTIONS",
@@ -30,8 +30,10 @@ __all__ = [
 
 DESCRIPTIONS = {
     "ls": "List a dataset's shards with their samples, bytes and extensions, and the dataset total "
-    "(from the _info.json index when there is one, else by reading the shards). Given one shard URL, "
-    "or with --members, list the members of each shard with their offsets and sizes instead.",
+    "(from the _info.json index when there is one and a shard's size is the index's, else by reading "
+    "the shard; a size that differs is reported: `shardstream verify` checks everything). Given one "
+    "shard URL, or with --members, list the members of each shard with their offsets and sizes "
+    "instead.",
     "cat": "Write the named members of a shard to stdout, in the order they occur in the shard.",
     "stat": "Summarize each shard (size, members, samples, extensions with counts and bytes, key "
     "range, video codecs) and the dataset as a whole, reading every shard.",
@@ -130,34 +132,75 @@ def _ls_members(urls: list[str], args: argparse.Namespace) -> int:
     return 0
 
 
-def _ls_shards(urls: list[str], args: argparse.Namespace) -> int:
-    from ..sources import stat_url
-    from ._dataset import read_indexes, split_url
-    from ._options import parse_options
-    from ._scan import scan_many
+def _index_rows(
+    urls: list[str], args: argparse.Namespace, options: dict[str, Any]
+) -> tuple[dict[str, dict[str, Any]], list[Problem]]:
+    """The rows the indexes beside ``urls`` give, for shards whose size is the index's (a stat or
+    a listing each, see ``_sizes.py``); a shard that is missing, or whose size differs (cut short
+    or rewritten since it was indexed), gets no row here: it is read like an unindexed one."""
+    import shlex
 
-    options = parse_options(args.storage_option)
-    indexes = {} if args.scan else read_indexes(urls, storage_options=options)
-    rows: dict[str, dict[str, Any]] = {}
+    from ..errors import ShardNotFoundError, redact_url
+    from ..tar.index import index_url
+    from ._dataset import read_indexes, split_url
+    from ._sizes import shard_sizes
+
+    indexes = read_indexes(urls, storage_options=options)
+    entries = {}
     for url in urls:
         directory, name = split_url(url)
         entry = (indexes.get(directory) or {}).get(name)
-        if entry is None:
+        if entry is not None:
+            entries[url] = entry
+    sizes = shard_sizes(list(entries), storage_options=options, jobs=args.jobs)
+    rows: dict[str, dict[str, Any]] = {}
+    problems: list[Problem] = []
+    for url, entry in entries.items():
+        size, listed = sizes[url], entry["bytes"]
+        if isinstance(size, ShardNotFoundError):
+            continue  # reading it reports that it cannot be opened
+        if isinstance(size, Exception):
+            problems.append(Problem(url, f"cannot check the index's figures against the shard: {size}"))
+            size = listed
+        elif listed >= 0 and size != listed:
+            problems.append(
+                Problem(
+                    url,
+                    f"index says {listed:,} bytes, the shard has {size:,} (cut short or rewritten since "
+                    f"{index_url(split_url(url)[0])} was written; its row is read from the shard): "
+                    f"run `shardstream verify {shlex.quote(redact_url(args.spec))}`",
+                )
+            )
             continue
-        size = entry["bytes"]
-        if size < 0:
-            size = stat_url(url, storage_options=options).size or -1
-        exts = entry.get("extensions")
         rows[url] = {
             "url": url,
             "samples": entry["samples"],
             "bytes": size,
-            "extensions": exts,
+            "extensions": entry.get("extensions"),
             "from": "index",
         }
+    return rows, problems
+
+
+def _ls_shards(urls: list[str], args: argparse.Namespace) -> int:
+    from ._options import parse_options
+    from ._scan import scan_many
+
+    options = parse_options(args.storage_option)
+    rows: dict[str, dict[str, Any]] = {}
+    problems: list[Problem] = []
+    if not args.scan:
+        rows, problems = _index_rows(urls, args, options)
     missing = [u for u in urls if u not in rows]
-    scans = scan_many(missing, storage_options=options, allow_pipe=args.allow_pipe, jobs=args.jobs, desc="ls")
-    problems = [p for s in scans for p in s.problems]
+    scans = scan_many(
+        missing,
+        storage_options=options,
+        allow_pipe=args.allow_pipe,
+        jobs=args.jobs,
+        desc="ls",
+        headers_only=True,
+    )
+    problems += [p for s in scans for p in s.problems]
     for s in scans:
         rows[s.url] = {
             "url": s.url,
@@ -198,6 +241,7 @@ def _print_shard_table(rows: list[dict[str, Any]], total: dict[str, Any], *, hea
         out.write(f"{'SAMPLES':>10} {'BYTES':>15}  {'EXTENSIONS':<30} SHARD\n")
 
     def exts(value: dict[str, int] | None) -> str:
+        # An index written before ShardWriter recorded extensions: --scan reads them.
         return _exts(value) if value is not None else "? (--scan)"
 
     for r in rows:

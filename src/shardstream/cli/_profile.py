@@ -4,7 +4,8 @@
 runs (between two batches: no thread, no extra work in the workers). :func:`write_png` draws it
 with matplotlib (the ``plot`` extra), without pyplot's global state: above, the time each stage
 took per second of the run, stacked (worker-seconds per second: with 2 busy workers the stack
-reaches 2); below, samples per second of each worker.
+reaches 2); below, samples per second of each worker (thread mode, which has no workers: of the
+loader). A report without timings (telemetry off) is named by :func:`no_timings` instead.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["Timeline", "have_matplotlib", "series", "write_png"]
+__all__ = ["Timeline", "have_matplotlib", "no_timings", "series", "write_png"]
 
 
 def have_matplotlib() -> bool:
@@ -47,19 +48,31 @@ class Timeline:
         self.points.append(
             {
                 "t": t,
-                "stages": {s["stage"]: s["time_s"] for s in report.get("stages", [])},
+                # (a report without timings lists the stages' skip counters only)
+                "stages": {s["stage"]: s["time_s"] for s in report.get("stages", []) if "time_s" in s},
                 "workers": {str(w["worker"]): w["samples"] for w in report.get("workers", [])},
+                "samples": report.get("samples", 0),
             }
         )
         return report
 
 
+def no_timings(report: dict[str, Any]) -> str | None:
+    """Why ``report`` cannot be drawn or tabulated (its loader measured no time: telemetry was
+    off), or ``None`` when it can."""
+    if report.get("telemetry") and "wait_s" in report:
+        return None
+    why = report.get("verdict") or "telemetry is off"
+    return f"the loader reported no timings ({why}), so there is no table or plot to show"
+
+
 def series(points: list[dict[str, Any]]) -> dict[str, Any]:
     """Per interval between two snapshots: its middle time, seconds of each stage per second,
-    and samples per second of each worker."""
+    samples per second of each worker, and of the whole loader (``samples``)."""
     mids: list[float] = []
     stages: dict[str, list[float]] = {}
     workers: dict[str, list[float]] = {}
+    samples: list[float] = []
     names = list(dict.fromkeys(name for p in points for name in p["stages"]))
     ids = list(dict.fromkeys(w for p in points for w in p["workers"]))
     for a, b in zip(points, points[1:], strict=False):
@@ -73,7 +86,8 @@ def series(points: list[dict[str, Any]]) -> dict[str, Any]:
         for w in ids:
             done = b["workers"].get(w, 0) - a["workers"].get(w, 0)
             workers.setdefault(w, []).append(max(0, done) / dt)
-    return {"t": mids, "stages": stages, "workers": workers}
+        samples.append(max(0, b.get("samples", 0) - a.get("samples", 0)) / dt)
+    return {"t": mids, "stages": stages, "workers": workers, "samples": samples}
 
 
 def write_png(points: list[dict[str, Any]], report: dict[str, Any], path: str) -> None:
@@ -93,14 +107,18 @@ def write_png(points: list[dict[str, Any]], report: dict[str, Any], path: str) -
     if data["workers"]:
         top.axhline(len(data["workers"]), color="grey", linestyle="--", linewidth=1)
         top.annotate("every worker busy", (0, len(data["workers"])), fontsize="small", color="grey")
-    top.set_ylabel("worker-seconds per second")
+    # Thread mode has no workers: its stages' times are seconds of this process's threads.
+    top.set_ylabel("worker-seconds per second" if data["workers"] else "thread-seconds per second")
     top.set_title("time per stage (stacked)", fontsize="medium")
     for worker, rates in data["workers"].items():
         bottom.plot(t, rates, label=f"worker {worker}")
     if data["workers"]:
         bottom.legend(loc="upper left", fontsize="small")
+        bottom.set_title("samples per second, per worker", fontsize="medium")
+    else:
+        bottom.plot(t, data["samples"], label="the loader")
+        bottom.set_title("samples per second", fontsize="medium")
     bottom.set_ylabel("samples/s")
     bottom.set_xlabel("seconds since the start of the run")
-    bottom.set_title("samples per second, per worker", fontsize="medium")
     fig.suptitle(report.get("verdict", ""), fontsize="medium")
     fig.savefig(path, format="png", dpi=100)

@@ -3,7 +3,10 @@
 The shard is read through the data path's own tar reader and sample grouping (so the sample
 offsets recorded here are exactly those resume seeks to), every header checksum is checked on the
 way, and the first structural error ends the shard (a tar stream cannot be resynchronised): it is
-recorded as a :class:`Problem`, never raised. Shards are scanned in parallel threads (the work is
+recorded as a :class:`Problem`, never raised. Commands that need no member data (``ls``,
+``index``: counts, extensions, offsets) ask for ``headers_only``: a local, uncompressed shard is
+then walked header by header (:mod:`shardstream.tar.walk`, the data skipped, the same members
+and errors), the others read as usual. Shards are scanned in parallel threads (the work is
 I/O and C-level parsing) with a progress bar counting shards.
 """
 
@@ -66,6 +69,7 @@ class ShardScan:
     extension_bytes: collections.Counter[str] = field(default_factory=collections.Counter)
     problems: list[Problem] = field(default_factory=list)
     complete: bool = False  # read to its end-of-archive marker without a structural error
+    sized: bool = False  # stored_bytes is the size the source reports (else: the bytes read)
     extra: dict[str, Any] = field(default_factory=dict)  # for sample hooks
 
     @property
@@ -109,11 +113,17 @@ def scan_shard(
     storage_options: dict[str, Any],
     allow_pipe: bool = False,
     hook: SampleHook | None = None,
+    headers_only: bool = False,
 ) -> ShardScan:
-    """Read shard ``url`` once; problems are recorded in the result, not raised."""
+    """Read shard ``url`` once; problems are recorded in the result, not raised.
+
+    ``headers_only``: no member data is needed (no ``hook``; ``extension_bytes`` stays empty), so a
+    local, uncompressed shard is walked from header to header instead of read (default False).
+    """
     from ..sources import open_url
     from ..tar.grouping import Cursor, group_samples
     from ..tar.reader import iter_members
+    from ..tar.walk import walk_members, walkable
 
     scan = ShardScan(url)
     try:
@@ -125,8 +135,11 @@ def scan_shard(
     counting = _Counting(stream)
     known = _known_size(stream)
 
+    fd = walkable(stream, url) if headers_only and hook is None else None
+
     def members() -> Iterator[tuple[str, bytes, int]]:
-        for name, data, offset in iter_members(counting, url, shard_size=known):
+        read = iter_members(counting, url, shard_size=known) if fd is None else walk_members(fd, url)
+        for name, data, offset in read:
             scan.members += 1
             member_offsets[name] = offset
             yield name, data, offset
@@ -142,7 +155,8 @@ def scan_shard(
                 if ext[:2] == "__" and ext[-2:] == "__":
                     continue
                 scan.extensions[ext] += 1
-                scan.extension_bytes[ext] += len(value)
+                if fd is None:
+                    scan.extension_bytes[ext] += len(value)
                 where[ext] = member_offsets.pop(f"{key}.{ext}", cursor.start)
             if hook is not None:
                 hook(scan, sample, where)
@@ -157,6 +171,7 @@ def scan_shard(
         stream.close()
     scan.compressed = counting.head == b"\x1f\x8b"
     scan.stored_bytes = known if known is not None else counting.nread
+    scan.sized = known is not None
     return scan
 
 
@@ -168,11 +183,15 @@ def scan_many(
     jobs: int = 8,
     desc: str = "scan",
     hook: SampleHook | None = None,
+    headers_only: bool = False,
 ) -> list[ShardScan]:
-    """Scan ``urls`` with ``jobs`` threads and a progress bar; results in the order of ``urls``."""
+    """Scan ``urls`` with ``jobs`` threads and a progress bar; results in the order of ``urls``
+    (``hook``, ``headers_only``: as :func:`scan_shard`'s)."""
 
     def one(url: str) -> ShardScan:
-        return scan_shard(url, storage_options=storage_options, allow_pipe=allow_pipe, hook=hook)
+        return scan_shard(
+            url, storage_options=storage_options, allow_pipe=allow_pipe, hook=hook, headers_only=headers_only
+        )
 
     results: list[ShardScan] = []
     with Progress(len(urls), desc, "shard") as bar, GatedExecutor(max(1, min(jobs, len(urls)))) as pool:

@@ -116,6 +116,16 @@ def check_index(scans: Sequence[ShardScan], storage_options: dict[str, Any]) -> 
         if entry is None:
             problems.append(Problem(where, f"index out of date: it does not list {name}"))
             continue
+        if (scan.complete or scan.sized) and entry["bytes"] >= 0 and entry["bytes"] != scan.stored_bytes:
+            # Also for a shard cut short: its size is what it has, and the index's figures for
+            # it (what `ls` would show) are not.
+            problems.append(
+                Problem(
+                    scan.url,
+                    f"size differs from the index: {entry['bytes']:,} bytes listed in {where}, "
+                    f"{scan.stored_bytes:,} in the shard (cut short or rewritten since it was indexed)",
+                )
+            )
         if not scan.complete:
             continue  # the shard's own problem was reported; its counts mean nothing
         if entry["samples"] != scan.samples:
@@ -124,14 +134,6 @@ def check_index(scans: Sequence[ShardScan], storage_options: dict[str, Any]) -> 
                     where,
                     f"index out of date for {name}: {entry['samples']} samples listed, "
                     f"{scan.samples} in the shard",
-                )
-            )
-        if entry["bytes"] >= 0 and entry["bytes"] != scan.stored_bytes:
-            problems.append(
-                Problem(
-                    where,
-                    f"index out of date for {name}: {entry['bytes']} bytes listed, "
-                    f"the shard has {scan.stored_bytes}",
                 )
             )
         offsets = entry.get("offsets")

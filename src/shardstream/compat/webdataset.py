@@ -6,9 +6,9 @@ import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from ..config import UNSET, Unset, read_settings
+from ..config import UNSET, Unset
 from ..datasets.dataset import Dataset
-from ..datasets.policy import CachePolicy, SplitPolicy
+from ..datasets.options import WARNED, warn_unused
 from ..errors import ConfigurationError
 from ..handlers import Handler, reraise_exception
 from ..pipeline.cached import Cached
@@ -22,10 +22,9 @@ from ..readers.shardlists import (
     split_by_worker,
 )
 from ..shards.world import World
-from ..tar.samples import TarFormat
 from ._xdecode import xdecode
 
-__all__ = ["WebDataset", "check_empty"]
+__all__ = ["WARNED", "WebDataset", "check_empty", "warn_unused"]
 
 log = logging.getLogger(__name__)
 
@@ -33,11 +32,13 @@ Splitter = Callable[..., Iterator[Any]]
 
 
 class WebDataset(Dataset):
-    """Stream samples from WebDataset shards, with WebDataset 1.0.2's constructor.
+    """An iterable dataset over WebDataset shards, with WebDataset 1.0.2's constructor.
 
-    The arguments are translated onto :class:`shardstream.Dataset` (``docs/migrating-from-webdataset.md``
-    lists where the behaviour deliberately differs). None is silently ignored: one that has no effect in the
-    given configuration (``url_to_name=`` or ``cache_size=`` without a cache directory,
+    The arguments go through the same translation as :class:`shardstream.Dataset`'s own
+    (:mod:`shardstream.datasets.options`; ``ss.Dataset`` accepts these spellings too), with
+    WebDataset's defaults for what is not given (``docs/migrating-from-webdataset.md`` lists where the
+    behaviour deliberately differs). None is silently ignored: one that has no effect in the given
+    configuration (``url_to_name=`` or ``cache_size=`` without a cache directory,
     ``detshuffle=True`` without ``shardshuffle``) is accepted, as WebDataset accepts it, with a
     warning naming it (logged once per process and argument).
 
@@ -51,7 +52,10 @@ class WebDataset(Dataset):
     :class:`shardstream.SplitPolicy`.
 
     Args:
-        urls: a spec (``"data-{000000..000099}.tar"``, ``::``-joined specs) or a list of URLs.
+        urls: a spec as every front door takes it (``"data-{000000..000099}.tar"``, ``::``-joined
+            specs, a list, a directory, a glob, a store prefix, an ``_info.json``:
+            :mod:`shardstream.datasets.specs`). Unlike WebDataset, missing local or indexed
+            shards raise here, before the first sample, saying how many are missing.
         handler: policy for shard-level errors (default: raise).
         mode: ``"resampled"`` draws shards with replacement, endlessly (as ``resampled=True``).
         resampled: True draws shards with replacement, endlessly.
@@ -113,7 +117,6 @@ class WebDataset(Dataset):
         resampled = resampled or mode == "resampled"
         if isinstance(urls, (SimpleShardList, ResampledShards)):
             urls = urls.urls
-        allow_pipe = allow_pipe or read_settings().allow_pipe
         shuffled = shardshuffle not in (None, False, 0)
         if split is not None:
             if resampled or repeat:
@@ -126,51 +129,47 @@ class WebDataset(Dataset):
                     "split='resampled' needs epoch_size (samples per rank per epoch), so that every "
                     "rank yields the same number of batches; for an endless stream use resampled=True"
                 )
-            policy = SplitPolicy(
-                split,
-                batch_size=batch_size or 1,
-                epoch_size=epoch_size,
-                granularity=granularity,
-                index=index,
-                count_cache=count_cache,
-            )
-            shuffle_shards = bool(shardshuffle) if shardshuffle is not None else split != "exact"
+            # WebDataset's splitters configure split='shards' when given (its default
+            # single_node_only would refuse the ranks that split='shards' deals shards to); a
+            # planned split ignores them. Evaluation reads in order unless told otherwise.
+            splitters: dict[str, Any] = {}
+            if split == "shards" and nodesplitter is not single_node_only:
+                splitters["nodesplitter"] = nodesplitter
+            if split == "shards" and workersplitter is not split_by_worker:
+                splitters["workersplitter"] = workersplitter
+            shuffle: bool | int | None = shardshuffle if shardshuffle is not None else split != "exact"
         else:
-            if (batch_size, epoch_size, index, count_cache) != (
-                None,
-                None,
-                None,
-                None,
-            ) or granularity != "shard":
-                raise ConfigurationError(
-                    "batch_size=, epoch_size=, granularity=, index= and count_cache= configure split= "
-                    "('equal', 'exact' or 'resampled'); pass split= too"
-                )
             # WebDataset's default: the shards of one node, split over workers (with its
             # splitters), endless random shards with resampled=True.
-            policy = SplitPolicy(
-                "resampled" if resampled else "shards",
-                node_splitter=nodesplitter,
-                worker_splitter=workersplitter,
-            )
-            shuffle_shards = shuffled and not detshuffle
+            splitters = {"nodesplitter": nodesplitter, "workersplitter": workersplitter}
+            shuffle = shuffled and not detshuffle
             if detshuffle and not shuffled:
-                warn_unused("detshuffle=True", "it shuffles shards only with shardshuffle= set")
+                warn_unused("WebDataset(detshuffle=True)", "it shuffles shards only with shardshuffle= set")
         super().__init__(
             urls,
-            split=policy,
-            shuffle_shards=shuffle_shards,
+            split=split,
+            shardshuffle=shuffle,
             seed=seed,
             world=world,
-            format=TarFormat(select_files, rename_files),
+            select_files=select_files,
+            rename_files=rename_files,
             handler=handler,
             empty_check=empty_check,
-            cache=_cache_policy(cache_dir, cache_size, url_to_name),
+            cache_dir=cache_dir,
+            cache_size=cache_size,
+            url_to_name=url_to_name,
             storage_options=storage_options,
             allow_pipe=allow_pipe,
             source=source,
-            log_shards=verbose,
+            verbose=verbose,
             read_ahead=read_ahead,
+            resampled=resampled,
+            batch_size=batch_size,
+            epoch_size=epoch_size,
+            granularity=granularity,
+            index=index,
+            count_cache=count_cache,
+            **splitters,
         )
         if detshuffle and shuffled and split is None and not resampled:
             # WebDataset's detshuffle: a seeded buffer shuffle of the shards after splitting.
@@ -190,33 +189,6 @@ class WebDataset(Dataset):
         """Keep the first pass's samples in memory and replay them on later passes."""
         result: WebDataset = self.compose(Cached())
         return result
-
-
-def _cache_policy(
-    cache_dir: str | Sequence[str] | None | Unset, cache_size: int | str | None | Unset, url_to_name: Any
-) -> CachePolicy | None:
-    """Explicit arguments win; unset ones come from SHARDSTREAM_CACHE_DIR/SIZE (or WDS_CACHE/SIZE)."""
-    env = CachePolicy.from_env()
-    directory = env.dir if isinstance(cache_dir, Unset) else cache_dir
-    size = env.size if isinstance(cache_size, Unset) else cache_size
-    if directory is None:
-        if url_to_name is not None:
-            warn_unused("url_to_name=", "it names cache entries, and there is no cache (pass cache_dir=)")
-        if not isinstance(cache_size, Unset) and cache_size is not None:
-            warn_unused("cache_size=", "it limits the cache, and there is no cache (pass cache_dir=)")
-        return None
-    return CachePolicy(directory, size, url_to_name)
-
-
-#: The arguments already warned about in this process (warn_unused).
-WARNED: set[str] = set()
-
-
-def warn_unused(argument: str, why: str) -> None:
-    """Log once per process that ``argument`` has no effect here, and why."""
-    if argument not in WARNED:
-        WARNED.add(argument)
-        log.warning("WebDataset(%s) has no effect: %s; it is ignored", argument, why)
 
 
 def check_empty(src: Any) -> Iterator[Any]:

@@ -104,7 +104,7 @@ def _transformations(spec: Any) -> list[Transformation]:
 
 
 class ShardListDataset(MapDatasetBase):  # type: ignore[type-arg]
-    """An indexed dataset over a list of shards (``wids.ShardListDataset``), read by byte range.
+    """A map-style dataset over a list of shards (``wids.ShardListDataset``), read by byte range.
 
     Args:
         shards: a list of ``{"url": ..., "nsamples": N}`` dicts, or the path/URL (or open file)
@@ -171,6 +171,9 @@ class ShardListDataset(MapDatasetBase):  # type: ignore[type-arg]
 
     def __len__(self) -> int:
         return len(self.dataset)
+
+    def __repr__(self) -> str:
+        return f"ShardListDataset(map-style, shards={len(self.dataset.urls)}, samples={len(self.dataset)})"
 
     def get_stats(self) -> tuple[int, int]:
         """``(samples read, ranged requests sent)`` by this process."""

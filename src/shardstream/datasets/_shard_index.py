@@ -9,7 +9,8 @@ batch needs fetched together. The loaded ones are kept (least recently used drop
 :data:`_KEEP_SAMPLES` samples), so a process holds 8 bytes per shard plus what it touched, not
 16 bytes per sample of the dataset. Older indexes with inline ``offsets``/``sizes`` are read as
 they are; a shard without either is read once at construction, in parallel threads, with the
-streaming reader, and a warning says how to avoid that pass next time.
+streaming reader (a local, uncompressed shard: its headers only, :mod:`shardstream.tar.walk`),
+and a warning says how to avoid that pass next time.
 
 Sample ``g`` of the list is sample ``g - starts[s]`` of shard ``s``, shards in the order given and
 samples in shard order.
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -32,6 +34,7 @@ from ..tar.grouping import Cursor, group_samples
 from ..tar.index import CountTable, IndexEntry, index_url, read_counts, read_index_entries, sample_sizes
 from ..tar.offsets import decode_sidecar, missing_sidecar, sidecar_length, sidecar_url
 from ..tar.reader import iter_members
+from ..tar.walk import walk_members, walkable
 from ..tar.writer import END_OF_ARCHIVE
 
 __all__ = ["SampleIndex", "build_index"]
@@ -221,10 +224,20 @@ class _Counting:
 
 
 def scan_offsets(source: Source, url: str) -> tuple[list[int], list[int]]:
-    """Offsets and sizes of every sample of shard ``url``, read once from its start."""
+    """Offsets and sizes of every sample of shard ``url``, read once from its start (a local
+    shard: from its headers alone, see :mod:`shardstream.tar.walk`)."""
     if url.endswith(_COMPRESSED):
         raise ConfigurationError(_compressed(url))
     stream = source.open(url)
+    fd = walkable(stream, url)
+    if fd is not None:
+        try:
+            cursor = Cursor()
+            members = walk_members(fd, url)
+            offsets = [cursor.start for _ in group_samples(members, url, cursor=cursor)]
+            return offsets, sample_sizes(offsets, os.fstat(fd).st_size - END_OF_ARCHIVE)
+        finally:
+            stream.close()
     try:
         counting = _Counting(stream)
         head = stream.read(2)

@@ -17,8 +17,9 @@ keeps its own shards, split, shuffle and seed; the mixture's state holds every s
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 from ..errors import ConfigurationError
 from ..pipeline.base import RunContext
@@ -28,6 +29,8 @@ from ..pipeline.mix import MixSource
 from ..pipeline.pipeline import DataPipeline
 from ..shards.mixing import balanced_count, phases
 from ..shards.world import World
+from .dataset import Dataset
+from .specs import Spec
 
 __all__ = ["Mix"]
 
@@ -35,12 +38,14 @@ STOPS = ("first_exhausted", "all_exhausted", "never", "longest")
 
 
 class Mix(DataPipeline, FluidInterface):
-    """Items of several datasets interleaved in the given proportions, deterministically for a seed.
+    """An iterable dataset: several datasets' items interleaved in set proportions, deterministically.
 
     Args:
         datasets: the sources: ``Dataset``, ``WebDataset`` or any ``DataPipeline``, each with its
             own shards, ``split=``, shuffles and seed (a source's ``repeat()``/``with_epoch()``
-            is refused: the mixture runs the passes, by ``stop``).
+            is refused: the mixture runs the passes, by ``stop``); or a shard spec, as every
+            front door takes it (``"laion/"``, ``"s3://bucket/cc12m/"``, a brace pattern, a
+            list of URLs), which becomes ``ss.Dataset(spec, world=world)`` with its defaults.
         weights: one positive weight per source, normalised (default: equal). A weight above a
             source's share of the data repeats that source (upsampling) under
             ``"all_exhausted"`` and ``"never"``.
@@ -80,7 +85,7 @@ class Mix(DataPipeline, FluidInterface):
 
     def __init__(
         self,
-        datasets: Sequence[DataPipeline],
+        datasets: Sequence[DataPipeline | Spec],
         weights: Sequence[float] | None = None,
         *,
         seed: int | None = 0,
@@ -91,12 +96,12 @@ class Mix(DataPipeline, FluidInterface):
         super().__init__(seed=seed, world=world, telemetry=telemetry)
         if stop not in STOPS:
             raise ConfigurationError(f"stop={stop!r} is unknown; use one of {', '.join(map(repr, STOPS))}")
-        self.datasets = list(datasets)
-        for i, ds in enumerate(self.datasets):
+        sources: list[Any] = [Dataset(ds, world=world) if _is_spec(ds) else ds for ds in datasets]
+        for i, ds in enumerate(sources):
             if not isinstance(ds, DataPipeline):
                 raise ConfigurationError(
                     f"source {i} of the mixture is a {type(ds).__name__}; pass ss.Dataset, WebDataset or "
-                    "DataPipeline sources (their state is part of the mixture's)"
+                    "DataPipeline sources (their state is part of the mixture's), or shard specs"
                 )
             if ds.repetitions != 1 or ds.nsamples > 0:
                 raise ConfigurationError(
@@ -104,11 +109,18 @@ class Mix(DataPipeline, FluidInterface):
                     "source's passes itself: drop it and choose stop='all_exhausted' or 'never' (or "
                     "call with_epoch() on the mixture)"
                 )
+        self.datasets: list[DataPipeline] = sources
         self.mix = MixSource(self.datasets, weights, stop=stop, seed=seed)
         self.append(self.mix)
 
     def compose(self, *stages: Any) -> Any:
         return DataPipeline.compose(self, *stages)
+
+    def __repr__(self) -> str:
+        return (
+            f"Mix(iterable, sources={len(self.datasets)}, weights={list(self.mix.weights)}, "
+            f"stop={self.mix.stop!r})"
+        )
 
     def fingerprint(self) -> dict[str, Any]:
         """Stages, seed and the mixture: number of sources, weights, stop rule, each source's own."""
@@ -129,7 +141,8 @@ class Mix(DataPipeline, FluidInterface):
         if unknown:
             raise TypeError(
                 f"the mixture's length needs every source's: that of source(s) {unknown} is unknown; "
-                "give the sources a planned split (split='equal' or 'exact') or with_length(n)"
+                "give the sources a planned split (split='equal' or 'exact'), or call .with_epoch(n) on "
+                "the mixture for epochs of n items"
             )
         return self._items([n for n in sizes if n is not None])
 
@@ -166,3 +179,10 @@ class Mix(DataPipeline, FluidInterface):
             phase = phases(len(sizes), self.seed)
             n = balanced_count(self.mix.weights, phase, sizes, last=stop == "all_exhausted")
         return items_after(self.pipeline[1:], n)
+
+
+def _is_spec(source: object) -> TypeGuard[Spec]:
+    """A shard spec in the place of a source: a string, a path, or a list of them."""
+    if isinstance(source, str | os.PathLike):
+        return True
+    return isinstance(source, list | tuple) and all(isinstance(s, str | os.PathLike) for s in source)

@@ -79,7 +79,7 @@ class ObjectDataset(MapDatasetBase):  # type: ignore[type-arg]
         return len(self.reader)
 
     def __repr__(self) -> str:
-        return f"ObjectDataset({self.reader.table!r}, window={self.reader.window})"
+        return f"ObjectDataset(map-style, {self.reader.table!r}, window={self.reader.window})"
 
     @property
     def keys(self) -> list[str]:

@@ -92,6 +92,12 @@ class ObjectStream(DataPipeline, FluidInterface):
     def compose(self, *stages: Any) -> Any:
         return DataPipeline.compose(self, *stages)
 
+    def __repr__(self) -> str:
+        return (
+            f"ObjectStream(iterable, objects={len(self.reader.table.keys)}, "
+            f"split={self.source_stage.split!r}, stages={len(self.pipeline)})"
+        )
+
     @property
     def throttles(self) -> int:
         """503 SlowDown / 429 answers this process has seen (each one retried, never fatal)."""

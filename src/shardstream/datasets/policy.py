@@ -14,12 +14,22 @@ from typing import Any
 
 from ..config import parse_size, read_settings
 from ..errors import ConfigurationError
-from ..readers.shardlists import split_by_node, split_by_worker
+from ..readers.shardlists import Splitter, split_by_node, split_by_worker
 from ..shards.plan import GRANULARITIES
 
-__all__ = ["CachePolicy", "SplitPolicy"]
+__all__ = ["CachePolicy", "SplitPolicy", "default_split"]
 
 _MODES = ("shards", "equal", "exact", "resampled")
+
+#: Why a Dataset built for one rank without ``split=`` refuses to run on several (``{ranks}``).
+_BUILT_FOR_ONE_RANK = (
+    "this Dataset was built for one rank (no split= given, and no process group, RANK/WORLD_SIZE "
+    "or world= when it was built) and now runs on {ranks} ranks: whole shards per rank would give "
+    "the ranks different numbers of batches (a hang at the next all-reduce). Build the dataset "
+    "after init_process_group() (the default then gives every rank the same number of batches), "
+    "or pass split='equal' (the same number of batches on every rank, from the shards' sample "
+    "counts) or split='shards' (whole shards per rank, when every rank gets as many samples)"
+)
 
 
 @dataclass(frozen=True)
@@ -153,3 +163,35 @@ class CachePolicy:
 def _bytes(size: int | str | None) -> int | None:
     value = parse_size(size, name="cache_size") if isinstance(size, str) else size
     return None if value is not None and value < 0 else value
+
+
+def default_split(world_size: int, counts_known: bool, where: str = "") -> SplitPolicy:
+    """The native ``Dataset``'s split when none is given, for a world of ``world_size`` ranks.
+
+    One rank: ``"shards"`` (with one rank it only divides the shards among DataLoader workers),
+    whose rank splitter refuses, at the start of an epoch, a world of several ranks found then
+    (a process group initialised after the dataset was built). Several ranks: ``"equal"``, the
+    same number of batches on every rank, when the shards' sample counts are known cheaply
+    (``counts_known``: local shards, counted from their headers when no ``_info.json`` lists them,
+    or an index beside them); otherwise no default is safe, and the error says which to choose.
+
+    Args:
+        world_size: the ranks the dataset is built for.
+        counts_known: whether every shard is local or listed in an index.
+        where: the shards' directory, for the ``shardstream index`` command the error suggests.
+
+    Raises:
+        ConfigurationError: several ranks and counts that would take a read of every remote shard.
+    """
+    if world_size <= 1:
+        return SplitPolicy("shards", node_splitter=Splitter("node", _BUILT_FOR_ONE_RANK))
+    if counts_known:
+        return SplitPolicy("equal")
+    raise ConfigurationError(
+        f"Dataset runs on {world_size} ranks without split=, and the sample counts of its shards are "
+        "unknown (remote shards, and no _info.json beside them lists them), so the default, the same "
+        "number of batches on every rank, would need every rank to read every shard first. Pass "
+        "split='equal' to count the samples first (one read of every shard; count_cache= keeps the "
+        "counts for the next run), split='shards' if every rank gets the same number of samples, or "
+        f"write an index with `shardstream index {where or 'PREFIX'}` (the default then plans from it)"
+    )

@@ -33,13 +33,13 @@ from ..errors import ConfigurationError, SourceError, redact_url
 from ..handlers import Handler, reraise_exception
 from ..pipeline.base import StageStats
 from ..pipeline.iterable import MapDatasetBase
-from ..shards.spec import expand_urls
 from ..sources import SchemeRouter, Source, scheme_of
 from ..sources.file import local_path
 from ..tar.sample_range import RangeMismatch, parse_sample
 from ._ranges import RangeReader, RangeStats
 from ._shard_index import SampleIndex, build_index
 from .policy import CachePolicy
+from .specs import Spec, check_shards, resolve_shards
 
 __all__ = ["ShardDataset"]
 
@@ -52,13 +52,15 @@ Transform = Callable[[dict[str, Any]], Any]
 
 
 class ShardDataset(MapDatasetBase):  # type: ignore[type-arg]
-    """A map-style dataset over the samples of tar shards on disk, HTTP(S) or S3.
+    """A map-style dataset over the samples of tar shards (random access by sample number).
 
     Arguments by concern: samples (``decode`` to ``handler``); fetching (``window`` to ``source``).
 
     Args:
-        urls: a shard spec (``"data-{000000..000099}.tar"``, ``::``-joined specs) or a list of
-            URLs; uncompressed tar shards.
+        urls: a shard spec, as every front door takes it (:mod:`shardstream.datasets.specs`:
+            a brace pattern, a list, a directory, a glob, a store prefix, an ``_info.json``);
+            uncompressed tar shards. Missing shards raise here (local ones by name; remote ones
+            when the index the dataset reads lacks them and they cannot be read to index them).
         cache: a :class:`CachePolicy` or a cache directory: samples of shards completely in that
             shard cache are read from it; other samples are read from the origin by range and do
             not fill it (random access would download whole shards for a few samples; see
@@ -80,12 +82,13 @@ class ShardDataset(MapDatasetBase):  # type: ignore[type-arg]
 
     Raises:
         ConfigurationError: a compressed shard, an empty spec, an unknown storage option.
+        ShardNotFoundError: local or indexed shards the spec names are missing.
         SourceError: a shard that had to be indexed could not be read.
     """
 
     def __init__(
         self,
-        urls: str | Sequence[str],
+        urls: Spec,
         cache: CachePolicy | str | None = None,
         storage_options: Mapping[str, Any] | None = None,
         *,
@@ -101,7 +104,9 @@ class ShardDataset(MapDatasetBase):  # type: ignore[type-arg]
             raise ConfigurationError(
                 f"{window=} must be at least 1, {coalesce_gap=} and {lru_bytes=} at least 0"
             )
-        self.urls = expand_urls(urls)
+        self.urls = resolve_shards(urls, storage_options=storage_options, check=False)
+        if source is None:  # (remote shards: build_index reads their indexes, and reads what they lack)
+            check_shards(self.urls, urls, storage_options=storage_options, remote=False)
         router = source if source is not None else SchemeRouter(storage_options, urls=self.urls)
         self.index: SampleIndex = build_index(self.urls, router, storage_options=storage_options)
         self.reader = RangeReader(
@@ -116,7 +121,10 @@ class ShardDataset(MapDatasetBase):  # type: ignore[type-arg]
         return len(self.index)
 
     def __repr__(self) -> str:
-        return f"ShardDataset(shards={len(self.urls)}, samples={len(self.index)}, reader={self.reader!r})"
+        return (
+            f"ShardDataset(map-style, shards={len(self.urls)}, samples={len(self.index)}, "
+            f"reader={self.reader!r})"
+        )
 
     @property
     def lengths(self) -> list[int]:

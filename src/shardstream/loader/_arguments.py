@@ -17,14 +17,20 @@ Refused: whatever needs indices (``sampler``, ``batch_sampler``, ``shuffle=True`
 reads its shards in its own order and shuffles in its stages), out-of-order batches
 (``in_order=False``: a batch's position in the epoch is what makes states exact), and
 ``pin_memory_device`` (``device=`` copies batches to a device); in thread mode, the arguments of
-worker processes (none starts).
+worker processes (none starts), and in the automatic mode (neither ``num_workers`` nor
+``num_threads`` given) too: it starts in thread mode, and may stay there.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["check_dataloader_arguments", "check_thread_mode"]
+__all__ = [
+    "check_automatic_mode",
+    "check_dataloader_arguments",
+    "check_thread_mode",
+    "check_worker_restarts",
+]
 
 
 def check_dataloader_arguments(
@@ -114,3 +120,40 @@ def check_thread_mode(*, worker_init_fn: Any, multiprocessing_context: Any, gene
             "random generator: pass seed= to the dataset. With num_workers > 0 the generator seeds "
             "the workers' torch random state (torch.initial_seed() in each worker), as in a DataLoader"
         )
+
+
+def check_automatic_mode(*, worker_init_fn: Any, multiprocessing_context: Any, generator: Any) -> None:
+    """Refuse the arguments of worker processes when the loader chooses its mode itself (neither
+    ``num_workers`` nor ``num_threads`` given): it may choose threads, where none applies.
+
+    Raises:
+        ValueError: naming the argument, why, and what to write instead.
+    """
+    given = {
+        "worker_init_fn": worker_init_fn,
+        "multiprocessing_context": multiprocessing_context,
+        "generator": generator,
+    }
+    for name, value in given.items():
+        if value is not None:
+            raise ValueError(
+                f"{name}={value!r} without num_workers= or num_threads=: ss.Loader then chooses threads "
+                "or processes itself by measuring the pipeline, and with threads there is no worker "
+                f"process for {name} to apply to. Pass num_workers=M to run worker processes (where "
+                f"{name} is honoured), or drop it"
+            )
+
+
+def check_worker_restarts(worker_restarts: Any) -> int:
+    """``worker_restarts=`` (lost worker processes replaced per epoch: ``_heal.py``), checked in
+    every mode so that a wrong value fails when the loader is built, not at the first loss.
+
+    Raises:
+        ValueError: naming the value and what to pass instead.
+    """
+    if isinstance(worker_restarts, bool) or not isinstance(worker_restarts, int) or worker_restarts < 0:
+        raise ValueError(
+            f"worker_restarts={worker_restarts!r}: give the number of lost workers to replace per "
+            "epoch, an integer of at least 0 (0: the first lost worker raises)"
+        )
+    return worker_restarts

@@ -11,7 +11,11 @@ list (gh-112275, fixed in 3.11.10 and 3.12.1). shardstream's own threads obey th
 * otherwise they start from **shardstream's forkserver** (``_forkserver.py``: what it preloads,
   and how the dataset reaches the workers without re-running the user's script). Starting the
   server costs the imports (seconds, once, overlapped with the parent's work when :func:`prepare`
-  runs early); each worker then costs about what a fork does (``benchmarks/bench_worker_start.py``).
+  runs early); each worker then costs about what a fork does (``benchmarks/bench_worker_start.py``);
+* except on CPython 3.10.0 to 3.10.8, whose forkserver listens on an abstract Unix socket that any
+  local user can connect to and have it unpickle what they send (CVE-2022-42919, fixed in 3.10.9):
+  there the rule never picks a forkserver by itself and takes **spawn** (logged once, with the
+  reason). :func:`auto_method` is the rule as a pure function of the version and the threads.
 
 ``SHARDSTREAM_WORKER_START`` (``auto``, ``fork``, ``forkserver``, ``spawn``) overrides the rule for
 the whole process; ``multiprocessing_context=`` on a loader overrides it for that loader.
@@ -29,12 +33,29 @@ from ..config import read_settings
 from ..errors import ConfigurationError
 from ..forks import foreign_threads
 
-__all__ = ["METHODS", "StartChoice", "choose", "prepare", "server_pid", "stop_server", "worker_context"]
+__all__ = [
+    "FORKSERVER_SAFE_FROM",
+    "METHODS",
+    "StartChoice",
+    "auto_method",
+    "choose",
+    "prepare",
+    "server_pid",
+    "stop_server",
+    "worker_context",
+]
 
 log = logging.getLogger(__name__)
 
 #: Values of ``SHARDSTREAM_WORKER_START``.
 METHODS = ("auto", "fork", "forkserver", "spawn")
+#: The first Python whose forkserver socket only its user can reach: 3.10.0-3.10.8 bind it in
+#: the abstract namespace, open to every local user (CVE-2022-42919, gh-97514; ``requires-python``
+#: admits them). 3.11 shipped with the fix.
+FORKSERVER_SAFE_FROM = (3, 10, 9)
+#: This interpreter's version, as :func:`choose` gives it to :func:`auto_method`.
+_PYTHON: tuple[int, int, int] = (sys.version_info[0], sys.version_info[1], sys.version_info[2])
+_explained: set[str] = set()  # the once-per-process log lines already written
 
 
 # ------------------------------------------------------------------------------- the rule
@@ -59,6 +80,30 @@ def _setting() -> str:
     return method
 
 
+def auto_method(version: tuple[int, ...], other_threads: bool) -> str:
+    """The start method of the ``auto`` rule where the platform's default is fork: ``"fork"``
+    when no other thread runs, else ``"forkserver"`` (shardstream's), or ``"spawn"`` on a Python
+    whose forkserver is reachable by other local users (``version`` below
+    :data:`FORKSERVER_SAFE_FROM`)."""
+    if not other_threads:
+        return "fork"
+    return "forkserver" if tuple(version[:3]) >= FORKSERVER_SAFE_FROM else "spawn"
+
+
+def _unsafe_forkserver(version: tuple[int, ...]) -> str:
+    shown = ".".join(map(str, version[:3]))
+    return (
+        f"the forkserver of Python {shown} listens on a socket any local user can reach (CVE-2022-42919, "
+        "fixed in 3.10.9)"
+    )
+
+
+def _explain_once(key: str, message: str) -> None:
+    if key not in _explained:
+        _explained.add(key)
+        log.warning("%s", message)
+
+
 def choose(given: Any = None) -> StartChoice:
     """The start method for workers started now (see the module docstring)."""
     if given is not None:
@@ -66,6 +111,12 @@ def choose(given: Any = None) -> StartChoice:
         return StartChoice(name, given, f"multiprocessing_context={name!r} given", given=True)
     method = _setting()
     if method == "forkserver":
+        if _PYTHON < FORKSERVER_SAFE_FROM:  # the user's choice, but not a silent one
+            _explain_once(
+                "explicit",
+                f"SHARDSTREAM_WORKER_START=forkserver: {_unsafe_forkserver(_PYTHON)}; upgrade Python, or "
+                "use fork or spawn on a machine shared with other users",
+            )
         return StartChoice("forkserver", _server_context(), "SHARDSTREAM_WORKER_START=forkserver")
     if method in ("fork", "spawn"):
         return StartChoice(method, multiprocessing.get_context(method), f"SHARDSTREAM_WORKER_START={method}")
@@ -75,15 +126,25 @@ def choose(given: Any = None) -> StartChoice:
     if default != "fork":  # spawn (macOS, Windows) or forkserver (Python 3.14 on Linux): no fork
         return StartChoice(default, None, f"this process's start method ({default})")
     foreign = foreign_threads()
-    if foreign:
+    method = auto_method(_PYTHON, bool(foreign))
+    if method == "fork":
         return StartChoice(
-            "forkserver",
-            _server_context(),
-            "other threads run in this process: "
-            + "; ".join(foreign[:6])
-            + (f"; and {len(foreign) - 6} more" if len(foreign) > 6 else ""),
+            "fork", multiprocessing.get_context("fork"), "no other thread runs in this process"
         )
-    return StartChoice("fork", multiprocessing.get_context("fork"), "no other thread runs in this process")
+    threads = (
+        "other threads run in this process: "
+        + "; ".join(foreign[:6])
+        + (f"; and {len(foreign) - 6} more" if len(foreign) > 6 else "")
+    )
+    if method == "spawn":
+        why = f"spawn, not shardstream's forkserver: {_unsafe_forkserver(_PYTHON)}"
+        _explain_once(
+            "auto",
+            f"workers start with {why}. Spawned workers import the main module again and need a "
+            "picklable dataset (no lambdas); Python 3.10.9 or later restores the forkserver",
+        )
+        return StartChoice("spawn", multiprocessing.get_context("spawn"), f"{threads}; {why}")
+    return StartChoice("forkserver", _server_context(), threads)
 
 
 def _server_context() -> Any:
@@ -120,8 +181,9 @@ def server_pid() -> int | None:
 
 def worker_context() -> Any:
     """The ``multiprocessing_context`` to give a plain ``torch.utils.data.DataLoader`` created now:
-    fork when no other thread runs in this process, shardstream's forkserver otherwise (create
-    the DataLoader after ``init_process_group``). shardstream's loaders choose by themselves."""
+    fork when no other thread runs in this process, shardstream's forkserver otherwise (spawn on
+    Python 3.10.0-3.10.8; see :func:`auto_method`); create the DataLoader after
+    ``init_process_group``. shardstream's loaders choose by themselves."""
     choice = choose()
     if choice.method == "forkserver":
         prepare()

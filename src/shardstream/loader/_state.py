@@ -196,11 +196,19 @@ def _differences(
 
 
 def restore_plan(
-    state: Any, dataset: Any, expected: dict[str, Any], *, rank: int, world_size: int, num_workers: int
+    state: Any,
+    dataset: Any,
+    expected: dict[str, Any],
+    *,
+    rank: int,
+    world_size: int,
+    num_workers: int,
+    log_resume: bool = True,
 ) -> dict[str, Any]:
     """What a loader restores: ``{"epoch", "workers", "next_worker"}``, exact when the state was
     saved with this rank, world size and ``num_workers``, else re-split elastically (the rest of
-    the epoch is exactly the samples the old run had not yielded, in a new order).
+    the epoch is exactly the samples the old run had not yielded, in a new order), which is
+    logged at INFO unless ``log_resume`` is False (a check that the state can be restored).
 
     Raises:
         StateError: another dataset, seed, split or global batch; a rank's state loaded on another
@@ -262,6 +270,8 @@ def restore_plan(
         from ..readers import resplit
 
         states = resplit(dataset, epoch, old, new_world, new_rank, workers, saved.get("split_batch"))
+    if not log_resume:
+        return {"epoch": epoch, "workers": states, "next_worker": 0}
     log.info(
         "elastic resume of epoch %d: %d ranks x %d workers -> %d ranks x %d workers (rank %d)",
         epoch,

@@ -2,24 +2,32 @@
 them up and measures how long the training loop waits for data.
 
 Each DataLoader worker's pipeline keeps its own :class:`~shardstream.telemetry.recorder.Recorder`.
-:class:`TelemetryCollate` runs in the worker right after the batch is made: it times the
-collate function and attaches the worker's counters to the batch (a packet, see :data:`MARK`),
-as :class:`~shardstream.loader._state.StampingCollate` attaches positions, so there is no round
-trip and no shared memory. Every counter (one flat tuple of numbers; the stage names only when
-they change) travels at most every 50 ms; the batches in between carry only the counts that must
-be exact when a worker's last batch arrives (samples, batches, opens, bytes), which the main
-process patches into the last full set. The main process keeps the latest counters of each
-worker; a worker started again (non-persistent workers start anew every epoch) has a new
-recorder, whose counters are added to those of its predecessors.
+:class:`TelemetryCollate` runs in the worker right after the batch is made: it times the collate
+function and attaches the worker's counters to the batch (a packet, see :data:`MARK`), as
+:class:`~shardstream.loader._state.StampingCollate` attaches positions, so there is no round trip
+and no shared memory. Every counter (one flat tuple of numbers; the stage names only when they
+change) travels at most every 50 ms; the batches in between carry only the counts that must be
+exact when a worker's last batch arrives (batches, opens, bytes, and every stage's items, samples
+included), which the main process patches into the last full set. The main process keeps the latest
+counters of each worker; a worker started again (non-persistent workers start anew every epoch) has
+a new recorder, whose counters are added to those of its predecessors.
 
-With its last batch a worker sends exact samples, batches, opens and bytes; the other stages'
-times and item counts are those of its last full set, at most 50 ms old (and without the pull
-that found the end of its data).
+The batches a worker makes after its pipeline found the end of its data (its last, partial
+one, or those a shuffle buffer drains) carry every counter, so each stage's items count the last
+batch too; only the pull that found the end is left out.
+
+``ss.Loader``'s thread mode has no workers: :func:`thread_telemetry` gives it one recorder that
+every copy of the pipeline it runs counts into (kept by the loader, so its report outlives each
+epoch's copy and adds up every epoch, as the workers' counters do in process mode), a
+:class:`TimedCollate` that adds the batch maker's time to it (there the JPEGs deferred by a
+decode stage are decoded), and the same measure of the training loop's wait per batch
+(:meth:`LoaderTelemetry.wait`).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -28,14 +36,23 @@ from ..config import read_settings
 from ..pipeline.seams import LoaderDataset
 from ..telemetry import Recorder, add_views, one_line, process_view, summarize, verdict
 
-__all__ = ["MARK", "LoaderTelemetry", "TelemetryCollate", "attach_telemetry", "is_packet", "loader_stats"]
+__all__ = [
+    "MARK",
+    "LoaderTelemetry",
+    "TelemetryCollate",
+    "TimedCollate",
+    "attach_telemetry",
+    "is_packet",
+    "loader_stats",
+    "thread_telemetry",
+]
 
 log = logging.getLogger(__name__)
 
 #: A worker sends every counter with a batch at most this often (nanoseconds); the batches in
-#: between carry only the counts that must be exact when its last batch arrives (``_LIGHT`` numbers).
+#: between carry only the counts that must be exact when its last batch arrives (a ``_LIGHT``-tuple).
 FULL_EVERY_NS = 50_000_000
-_LIGHT = 7
+_LIGHT = 6
 _get_worker_info: Callable[[], Any] | None = None
 
 
@@ -82,8 +99,8 @@ class TelemetryCollate:
             schema, self._sent = rec.schema(), shape
             self._next_full = 0
         now = t + spent
-        if now >= self._next_full:  # every counter, at most every FULL_EVERY seconds
-            self._next_full = now + FULL_EVERY_NS
+        if now >= self._next_full or rec.ended:  # every counter, at most every FULL_EVERY
+            self._next_full = now + FULL_EVERY_NS  # seconds, and with the pass's last batches
             raw = rec.raw()
         else:  # only the counts (a tenth of the cost per batch); the times follow with the next
             raw = rec.light(now)
@@ -115,14 +132,18 @@ class LoaderTelemetry:
 
     Args:
         log_interval: seconds between INFO summary lines (0: none).
+        local: thread mode: the recorder the loader's copies of the pipeline count into, in
+            place of workers' counters (the report then has no ``workers``).
     """
 
-    def __init__(self, log_interval: float) -> None:
+    def __init__(self, log_interval: float, local: Recorder | None = None) -> None:
         self.log_interval = log_interval
+        self.local = local
         self.workers: dict[int, _Worker] = {}
         self.wait_ns = self.first_ns = 0
         self.start_ns = self.last_ns = 0
         self.next_log: float = self._next(time.perf_counter_ns())
+        self.lock = threading.Lock()  # thread mode: batches are made on several threads at once
         #: The loader's replaced workers (``_heal.Restarts``), counted in the report and the log line.
         self.restarts: Any = None
 
@@ -155,11 +176,33 @@ class LoaderTelemetry:
                 item = item[1]
             if now >= self.next_log:
                 self.next_log = self._next(now)
-                report = self.stats()
-                lost = report.get("restarts", {}).get("count", 0)
-                restarts = f"; {lost} worker restart(s): {report['restarts']['causes']}" if lost else ""
-                log.info("telemetry (loader): %s%s", one_line(report), restarts)
+                self._log()
             yield item
+
+    def wait(self, get: Callable[[], Any], *, first: bool) -> Any:
+        """``get()`` (the next batch for the training loop), its wait timed as :meth:`watch`
+        times it; ``first``: the epoch's first batch (start-up, reported apart)."""
+        clock = time.perf_counter_ns
+        t = clock()
+        if not self.start_ns:
+            self.start_ns = t
+        try:
+            return get()
+        finally:
+            now = self.last_ns = clock()
+            self.wait_ns += now - t
+            if first:
+                self.first_ns += now - t
+            if now >= self.next_log:
+                self.next_log = self._next(now)
+                self._log()
+
+    def _log(self) -> None:
+        """The periodic log line, with the workers replaced so far when there were any."""
+        report = self.stats()
+        lost = report.get("restarts", {}).get("count", 0)
+        restarts = f"; {lost} worker restart(s): {report['restarts']['causes']}" if lost else ""
+        log.info("telemetry (loader): %s%s", one_line(report), restarts)
 
     def _take(self, packet: Any) -> None:
         _, _, number, token, schema, raw = packet
@@ -174,17 +217,25 @@ class LoaderTelemetry:
         if len(raw) != _LIGHT:
             worker.raw = tuple(raw)
         elif worker.raw:  # the counts: patch them into the last full counters
-            now, collate_ns, batches, opens, io_bytes, node, items = raw
+            now, collate_ns, batches, opens, io_bytes, items = raw
             full = list(worker.raw)
             full[1] = max(full[1], now)
             full[3], full[4], full[5], full[6] = io_bytes, opens, collate_ns, batches
-            full[12 + 3 * node] = items
+            full[12 : 12 + 3 * len(items) : 3] = items  # every node's item count
             worker.raw = tuple(full)
 
     def stats(self) -> dict[str, Any]:
-        """The loader's report (see ``WebLoader.stats``)."""
-        views = {k: v for k, v in ((k, w.view()) for k, w in sorted(self.workers.items())) if v}
+        """The loader's report (see ``WebLoader.stats``; thread mode: ``ss.Loader.stats``)."""
         wall = max(0, self.last_ns - self.start_ns) / 1e9
+        if self.local is not None:
+            return summarize(
+                [self.local.view()] if self.local.slots else [],
+                wall_s=wall,
+                wait_s=self.wait_ns / 1e9,
+                first_s=self.first_ns / 1e9,
+                consumer="pipeline",
+            )
+        views = {k: v for k, v in ((k, w.view()) for k, w in sorted(self.workers.items())) if v}
         report = summarize(
             list(views.values()),
             wall_s=wall,
@@ -209,15 +260,47 @@ class LoaderTelemetry:
         return report
 
 
+class TimedCollate:
+    """Thread mode's batch maker, timed into the loader's recorder (two clock reads and a lock
+    per batch: the pool makes several batches at once)."""
+
+    def __init__(self, collate: Callable[[Any], Any], telemetry: LoaderTelemetry) -> None:
+        assert telemetry.local is not None
+        self.collate, self.recorder, self.lock = collate, telemetry.local, telemetry.lock
+
+    def __call__(self, data: Any) -> Any:
+        t = time.perf_counter_ns()
+        out = self.collate(data)
+        spent = time.perf_counter_ns() - t
+        with self.lock:
+            self.recorder.add_collate(spent)
+        return out
+
+
+def _wanted(dataset: Any, setting: bool | None) -> bool:
+    """Whether a loader records: as asked, else by ``SHARDSTREAM_TELEMETRY`` or because its
+    dataset has telemetry on."""
+    if setting is not None:
+        return setting
+    return read_settings().telemetry or (isinstance(dataset, LoaderDataset) and dataset.telemetry_on())
+
+
+def thread_telemetry(dataset: Any, setting: bool | None) -> LoaderTelemetry | None:
+    """Thread mode's telemetry when it is on (as for :func:`attach_telemetry`): one recorder for
+    every copy of ``dataset`` the loader runs (which logs nothing itself: the loader logs the
+    report, with its loop's wait), or ``None``."""
+    if not _wanted(dataset, setting):
+        return None
+    return LoaderTelemetry(read_settings().telemetry_interval, local=Recorder(0.0))
+
+
 def attach_telemetry(loader: Any, setting: bool | None) -> LoaderTelemetry | None:
     """Turn telemetry on for ``loader`` when asked (or by ``SHARDSTREAM_TELEMETRY``, or because its
     dataset has it on): the dataset's workers record, the loader collects and logs."""
     settings = read_settings()
     dataset = loader.dataset
     pipeline = isinstance(dataset, LoaderDataset)
-    own = pipeline and dataset.telemetry_on()
-    on = setting if setting is not None else (settings.telemetry or own)
-    if not on:
+    if not _wanted(dataset, setting):
         return None
     if pipeline:
         # Workers do not log on their own: the loader logs their sum.

@@ -1,5 +1,10 @@
 """``ss.Loader``: the native loader, with threads in one process, worker processes, or both.
 
+* neither ``num_workers`` nor ``num_threads`` given (the default): the loader chooses, by
+  measuring its first batches in thread mode on the cores it may use, and switches to worker
+  processes (with threads in each on many cores) when the pipeline's Python keeps the GIL busy
+  (``_auto.py``; the rule: ``_choice.py``; the cores: ``_cores.py``). Either count given: exactly
+  what is asked.
 * ``num_workers=0`` (thread mode): a producer thread reads and batches (``threads.py``); the
   pipeline's per-sample stages run on ``num_threads`` threads, in order. No process starts, no
   batch crosses a process boundary, and batches are exactly the one-thread ones. The default
@@ -42,6 +47,11 @@ move values (to_tuple, rename, shuffle) leaves each JPEG to be decoded straight 
 the batch, in either mode (``decoders/deferred.py``): no copy of the decoded image, no array
 per image.
 
+Telemetry (``telemetry=True``): process mode reports through the internal :class:`WebLoader`;
+thread mode gives every copy of the pipeline it runs one recorder that the loader keeps, and
+times its batch maker and its training loop's wait per batch (``_telemetry.py``), so that
+``stats()`` adds up every epoch and still answers once the copies are gone, as process mode does.
+
 The state (``state_dict``/``load_state_dict``) has the format of :class:`WebLoader`'s
 (``_state.py``): exact with the same ``num_workers`` and world, elastic otherwise; ``num_threads``
 never enters it (a state saved with any number of threads restores with any other).
@@ -61,14 +71,22 @@ from typing import Any
 from ..config import read_settings
 from ..errors import StateError
 from ..malloc import tune_allocator
-from ..pipeline.batch import BatchMemory, default_collation_fn
+from ..pipeline.batch import BatchMemory, converted, default_collation_fn
 from ..pipeline.parallel import Threads
 from ..pipeline.pipeline import close_iterator
 from ..pipeline.seams import LoaderDataset
+from ..telemetry.gil import gil_enabled
 from ..telemetry.report import threads_verdict
-from ._arguments import check_dataloader_arguments, check_thread_mode
+from ._arguments import (
+    check_automatic_mode,
+    check_dataloader_arguments,
+    check_thread_mode,
+    check_worker_restarts,
+)
+from ._auto import AutoMode
 from ._length import batch_count, loader_length
 from ._state import Live, fingerprint, loader_state, restore_plan
+from ._telemetry import LoaderTelemetry, TimedCollate, thread_telemetry
 from .buffers import ReusedBuffers
 from .device import PinnedMemory, Pinning, Prefetch, cuda, to_device
 from .lightning import join_running_trainer
@@ -81,6 +99,7 @@ log = logging.getLogger(__name__)
 
 
 _tuned = False
+_OFF = "telemetry is off: ss.Loader(..., telemetry=True) or SHARDSTREAM_TELEMETRY=1"
 
 
 def _tune_once() -> None:
@@ -99,7 +118,7 @@ def _convert(data: Any) -> Any:
         from torch.utils.data import default_convert
     except ImportError:
         return data
-    return default_convert(data)  # type: ignore[no-untyped-call]
+    return converted(data, default_convert)
 
 
 class _Collate:
@@ -123,8 +142,11 @@ class Loader:
             ``DataPipeline``, video clips, ...); the loader never changes it.
         batch_size: samples per batch; ``None`` when the pipeline batches (``.batched(n)``).
 
-        num_threads: threads for the per-sample stages (decode, map, to_tuple), per process.
-        num_workers: worker processes (0: everything in this process, "thread mode").
+        num_threads: threads for the per-sample stages (decode, map, to_tuple), per process;
+            default 1 when ``num_workers`` is given.
+        num_workers: worker processes (0: everything in this process, "thread mode"); default
+            0 when ``num_threads`` is given. With neither, the loader chooses both by measuring
+            its first batches (``_auto.py``): logged once, in ``stats()["auto"]``.
         shm: process mode: workers stack batches into shared-memory buffers allocated once and
             reused, each returning to its worker when the training loop drops the batch
             (``shm.py``); ``False``: a fresh segment per batch, torch's way. Linux only.
@@ -185,8 +207,8 @@ class Loader:
         dataset: Any,
         batch_size: int | None = None,
         *,
-        num_threads: int = 1,
-        num_workers: int = 0,
+        num_threads: int | None = None,
+        num_workers: int | None = None,
         collate_fn: Callable[[Any], Any] | None = None,
         drop_last: bool = False,
         prefetch_factor: int | None = None,
@@ -213,6 +235,17 @@ class Loader:
                 f"ss.Loader runs shardstream pipelines (Dataset, WebDataset, DataPipeline, ObjectStream); "
                 f"got {type(dataset).__name__}. Wrap other iterables in DataPipeline(iterable, ...)"
             )
+        auto = None
+        if num_threads is None and num_workers is None:
+            check_automatic_mode(
+                worker_init_fn=worker_init_fn,
+                multiprocessing_context=multiprocessing_context,
+                generator=generator,
+            )
+            auto = AutoMode(dataset)
+            num_threads, num_workers = auto.num_threads, 0
+        num_threads = 1 if num_threads is None else num_threads
+        num_workers = 0 if num_workers is None else num_workers
         if num_threads < 1 or num_workers < 0:
             raise ValueError(f"{num_threads=} must be at least 1 and {num_workers=} at least 0")
         if batch_size is not None and batch_size < 1:
@@ -240,7 +273,11 @@ class Loader:
         self.pin_memory, self.device = pin_memory, device
         self.persistent_workers = persistent_workers
         self.timeout, self.worker_timeout = timeout, worker_timeout
-        self._telemetry = telemetry
+        self.worker_restarts = check_worker_restarts(worker_restarts)  # used in process mode
+        # Thread mode: the telemetry of every copy of the pipeline this loader runs, kept here so
+        # that stats() reports every epoch after its copy is gone (process mode: the WebLoader's).
+        self._thread_telemetry = thread_telemetry(dataset, telemetry) if num_workers == 0 else None
+        self._telemetry = telemetry  # process mode (also after the automatic mode's switch)
         self._tune = read_settings().tune_malloc_main if tune_malloc is None else tune_malloc
         self._threads: Threads | None = None  # thread mode: the pool kept between epochs
         self._copy: Any = None  # thread mode: the pipeline this loader runs (a private copy)
@@ -256,49 +293,73 @@ class Loader:
         # Thread mode: batches made in buffers that stay mapped (the queue, the pool's batches,
         # the one the loop holds, the one it held until the next arrives, the device copy).
         self._buffers = ReusedBuffers(self.prefetch_factor + 4)
+        self._shm = shm
+        self._process_arguments = (worker_init_fn, multiprocessing_context, generator)
+        self._auto = auto  # the automatic choice (None: the counts were given)
         if num_workers > 0:
-            from .loader import WebLoader
-            from .processes import WorkerSetup
-
-            directory = ring_directory() if shm else None
-            ring = None
-            collate = self.collate_fn
-            if directory is not None:
-                token = new_token()
-                self._ring = MainRing(directory, token, pin=pin_memory and cuda() is not None)
-                ring = RingWorkers(directory, token, budget=self.prefetch_factor + 3)
-                collate = RingHandOff(collate)
-            self._workers = WebLoader(
-                dataset,
-                batch_size=batch_size,
-                num_workers=num_workers,
-                collate_fn=collate,
-                drop_last=drop_last,
-                prefetch_factor=self.prefetch_factor,
-                persistent_workers=persistent_workers,
-                pin_memory=pin_memory and ring is None,  # with buffers: pinned by the main side
-                timeout=timeout,
-                worker_timeout=worker_timeout,
-                worker_restarts=worker_restarts,
-                multiprocessing_context=multiprocessing_context,
-                generator=generator,
-                telemetry=telemetry,
-                worker_init_fn=WorkerSetup(num_threads, ring, fills=self._fills(), then=worker_init_fn),
-            )
-            if self._ring is not None:  # workers ended at once (a restart) leave their buffers
-                self._workers._after_stop = self._ring.forget
+            self._start_workers()
         self._owned: list[Any] = []  # what close() (or garbage collection) stops: the thread pool
         weakref.finalize(self, _close_all, self._runs, self._owned)
+        if auto is not None:
+            weakref.finalize(self, auto.close)
+
+    def _start_workers(self) -> None:
+        """Process mode: the WebLoader that runs ``num_workers`` worker processes (with
+        ``num_threads`` each), and the reused shared-memory buffers their batches come in."""
+        from .loader import WebLoader
+        from .processes import WorkerSetup
+
+        worker_init_fn, multiprocessing_context, generator = self._process_arguments
+        directory = ring_directory() if self._shm else None
+        ring = None
+        collate = self.collate_fn
+        if directory is not None:
+            token = new_token()
+            self._ring = MainRing(directory, token, pin=self.pin_memory and cuda() is not None)
+            ring = RingWorkers(directory, token, budget=self.prefetch_factor + 3)
+            collate = RingHandOff(collate)
+        self._workers = WebLoader(
+            self.dataset,
+            batch_size=self.batch_size,
+            num_workers=self.num_workers,
+            collate_fn=collate,
+            drop_last=self.drop_last,
+            prefetch_factor=self.prefetch_factor,
+            persistent_workers=self.persistent_workers,
+            pin_memory=self.pin_memory and ring is None,  # with buffers: pinned by the main side
+            timeout=self.timeout,
+            worker_timeout=self.worker_timeout,
+            worker_restarts=self.worker_restarts,
+            multiprocessing_context=multiprocessing_context,
+            generator=generator,
+            telemetry=self._telemetry,
+            worker_init_fn=WorkerSetup(self.num_threads, ring, fills=self._fills(), then=worker_init_fn),
+        )
+        self._workers.trainer_attached = self._attached
+        if self._ring is not None:  # workers ended at once (a restart) leave their buffers
+            self._workers._after_stop = self._ring.forget
+
+    def _become_processes(self, num_workers: int, num_threads: int) -> None:
+        """The automatic mode's switch (``_auto.py``): stop thread mode (its epochs, its pool, its
+        copy of the pipeline; first, so that no thread of it runs when the workers start), then
+        make the ``num_workers`` worker processes, started at the next ``iter()``."""
+        for run in list(self._runs):
+            run.close()
+        pool, self._threads = self._threads, None
+        if pool is not None:
+            self._owned.remove(pool)
+            pool.close()
+        self._copy = None
+        self.num_workers, self.num_threads = num_workers, num_threads
+        self._start_workers()
 
     # -- iterating -------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:
-        join_running_trainer()
+        trainer = join_running_trainer()
+        if self._auto is not None:
+            self._auto.before_epoch(self, trainer)  # a switch to processes may wait for an epoch's start
         if self._workers is not None:
-            batches: Iterator[Any] = iter(self._workers)
-            if self._ring is not None:
-                self._ring.forget_exited()
-                batches = _FromBuffers(self, batches, self._ring)
-            return self._to_device(batches)
+            return self._to_device(self._process_batches())
         for run in list(self._runs):  # a new epoch ends the one still running
             run.close()
         seen: list[Any] = [None]
@@ -314,9 +375,8 @@ class Loader:
         self._last_epoch = epoch
         copy = self._copy
         if copy is None or not self.persistent_workers:
-            copy = self._copy = self.dataset.run_copy()
-            if self._telemetry is not None:
-                copy.with_telemetry(self._telemetry)
+            loop = self._thread_telemetry
+            copy = self._copy = self.dataset.run_copy(telemetry=loop.local if loop is not None else False)
         if restore is not None:  # positions and restores apply to the copy
             copy.restore_position(restore)
         else:
@@ -330,9 +390,25 @@ class Loader:
                 self._threads = pool
                 self._owned.append(pool)
         live = self._live = Live(epoch, [0], seen)
-        batches = _Batches(self, live, copy, pool, own_pool=pool is not None and pool is not self._threads)
-        self._runs.add(batches)
-        return self._to_device(batches)
+        own_pool = pool is not None and pool is not self._threads
+        if self._thread_telemetry is not None:
+            epoch_run: _Batches = _TimedBatches(
+                self, live, copy, pool, own_pool=own_pool, telemetry=self._thread_telemetry
+            )
+        else:
+            epoch_run = _Batches(self, live, copy, pool, own_pool=own_pool)
+        self._runs.add(epoch_run)
+        if self._auto is not None and self._auto.measuring:
+            return self._to_device(self._auto.watch(self, epoch_run))
+        return self._to_device(epoch_run)
+
+    def _process_batches(self) -> Iterator[Any]:
+        """Process mode: the worker processes' batches of the next epoch."""
+        batches: Iterator[Any] = iter(self._workers)
+        if self._ring is not None:
+            self._ring.forget_exited()
+            batches = _FromBuffers(self, batches, self._ring)
+        return batches
 
     def _fills(self) -> bool:
         """Whether this loader's default collation makes the batches: decode stages may then
@@ -365,18 +441,33 @@ class Loader:
 
     # -- telemetry -------------------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
-        """What this loader did, as plain data. Process mode: ``WebLoader.stats()`` (with
-        ``telemetry=True``), plus ``shared_buffers``: ``batches`` that came through the reused
-        buffers, small tensors sent ``inline`` in a batch's pickle, and ``fresh`` tensors that
-        came torch's way (a new segment each: the buffers were all held, or a dtype numpy
-        lacks). Thread mode: the pipeline's report in this process (``DataPipeline.stats()``),
-        with ``batch_buffers``: batches made in a ``reused`` buffer and those made in ``fresh``
-        memory because the training loop held every buffer, and ``threads``: each per-sample
-        stage's share of time blocked (waiting for the GIL)
-        while it ran on the threads, and ``threads_verdict``: whether threads run the stages in
-        parallel or a stage holds the GIL (Python code) and worker processes would help."""
+        """What this loader did, as plain data, over all its epochs (also after ``close()``).
+
+        Process mode: ``WebLoader.stats()`` (with ``telemetry=True``), plus ``shared_buffers``:
+        ``batches`` that came through the reused buffers, small tensors sent ``inline`` in a
+        batch's pickle, and ``fresh`` tensors that came torch's way (a new segment each: the
+        buffers were all held, or a dtype numpy lacks).
+
+        Thread mode: the same report of the copies of the pipeline this loader ran (they count
+        into the loader's recorder; no ``workers``): each stage's time and items, the batch
+        maker's time (in ``decode (into the batch)`` when JPEGs are decoded straight into the
+        batch, else ``collate``), and the training loop's wait for each batch, with the stages'
+        own counters (``skipped``, ``last_error``: also with telemetry off), ``batch_buffers``:
+        batches made in a ``reused`` buffer and those made in ``fresh`` memory because the
+        training loop held every buffer, ``threads``: each per-sample stage's share of time
+        blocked (waiting for the GIL) while it ran on the threads, and ``threads_verdict``:
+        whether threads run the stages in parallel or a stage holds the GIL (Python code) and
+        worker processes would help.
+
+        Both modes: ``gil_enabled`` (False on a free-threaded interpreter running without it),
+        and ``auto``: the automatic mode's choice (``state``: ``measuring`` or ``chosen``;
+        ``num_workers``, ``num_threads``, ``why``, ``switched``, the ``cores`` it may use and
+        where that bound came from, and what it ``measured``: the GIL's share of the time, the
+        loop's wait, the loader threads' CPU), or ``None`` when the counts were given."""
         if self._workers is not None:
             report = dict(self._workers.stats())
+            if not report["telemetry"]:
+                report["verdict"] = _OFF  # (the WebLoader's names itself)
             if self._ring is not None:
                 ring = self._ring
                 report["shared_buffers"] = {
@@ -384,11 +475,16 @@ class Loader:
                     "inline": ring.inline,
                     "fresh": ring.fresh,
                 }
-            return report
-        report = dict((self._copy if self._copy is not None else self.dataset).stats())
-        report["num_threads"] = self.num_threads
-        report["batch_buffers"] = {"reused": self._buffers.reused, "fresh": self._buffers.fresh}
-        report["threads_verdict"] = threads_verdict(report.get("threads", []), self.num_threads)
+        else:
+            loop = self._thread_telemetry
+            report = dict(self.dataset.add_stage_counters(loop.stats() if loop is not None else None))
+            if loop is None:
+                report["verdict"] = _OFF
+            report["num_threads"] = self.num_threads
+            report["batch_buffers"] = {"reused": self._buffers.reused, "fresh": self._buffers.fresh}
+            report["threads_verdict"] = threads_verdict(report.get("threads", []), self.num_threads)
+        report["gil_enabled"] = gil_enabled()
+        report["auto"] = self._auto.report() if self._auto is not None else None
         return report
 
     # -- state -----------------------------------------------------------------------------------
@@ -417,7 +513,11 @@ class Loader:
         """The position after the last batch yielded (``WebLoader``'s format; see ``_state.py``);
         under a Lightning Trainer, after the last batch trained on, with every rank's state."""
         if self._workers is not None:
-            self._workers.held = self._held()
+            held = self._held()
+            across = self._auto.state_across_switch(self, held) if self._auto is not None else None
+            if across is not None:  # the untaken batches reach back before a switch to processes
+                return across
+            self._workers.held = held
             return dict(self._workers.state_dict())
         if self._pending is not None:
             return dict(self._pending["state"])
@@ -449,6 +549,8 @@ class Loader:
     # -- stopping --------------------------------------------------------------------------------
     def close(self) -> None:
         """Stop every running epoch, join every thread, shut worker processes down."""
+        if self._auto is not None:
+            self._auto.close()
         if self._workers is not None:
             self._workers.close()
         if self._ring is not None:
@@ -483,13 +585,16 @@ class _Batches:
         self.run = EpochRun(
             copy,
             batch_size=loader.batch_size,
-            collate=_collate_for(loader, pool),
+            collate=self._collate(loader, pool),
             drop_last=loader.drop_last,
             prefetch=loader.prefetch_factor,
             threads=pool,
             fills=loader._fills(),
             bound=float(bound if bound is not None else settings.worker_timeout),
         )
+
+    def _collate(self, loader: Loader, pool: Threads | None) -> Callable[[Any], Any]:
+        return _collate_for(loader, pool)
 
     def __iter__(self) -> _Batches:
         return self
@@ -529,6 +634,32 @@ class _Batches:
 
     def __del__(self) -> None:
         self.close()
+
+
+class _TimedBatches(_Batches):
+    """:class:`_Batches` with the training loop's wait for each batch timed (telemetry on), and
+    the batch maker's time counted (``TimedCollate``)."""
+
+    def __init__(
+        self,
+        loader: Loader,
+        live: Live,
+        copy: Any,
+        pool: Threads | None,
+        *,
+        own_pool: bool,
+        telemetry: LoaderTelemetry,
+    ) -> None:
+        self.telemetry = telemetry
+        self.first = True
+        super().__init__(loader, live, copy, pool, own_pool=own_pool)
+
+    def _collate(self, loader: Loader, pool: Threads | None) -> Callable[[Any], Any]:
+        return TimedCollate(super()._collate(loader, pool), self.telemetry)
+
+    def __next__(self) -> Any:
+        first, self.first = self.first, False
+        return self.telemetry.wait(super().__next__, first=first)
 
 
 class _FromBuffers:

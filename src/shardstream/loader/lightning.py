@@ -105,24 +105,30 @@ def _trainer_classes() -> list[tuple[str, type]]:
     return found
 
 
-def join_running_trainer() -> None:
+def join_running_trainer() -> bool:
     """Add the callback to the Lightning Trainer whose loop calls the caller's ``iter()``, if one
-    does and it has none yet (see the module docstring). Does nothing unless Lightning is imported."""
+    does and it has none yet (see the module docstring). Does nothing unless Lightning is imported.
+
+    Returns:
+        Whether a Trainer runs the caller's ``iter()`` (``ss.Loader``'s automatic mode keeps the
+        length the Trainer counted, ``_auto.py``).
+    """
     if PACKAGES[0] not in sys.modules and PACKAGES[1] not in sys.modules:
-        return
+        return False
     classes = _trainer_classes()
     frame = sys._getframe(1)
     for _ in range(_DEPTH):
         frame = frame.f_back  # type: ignore[assignment]
         if frame is None:
-            return
+            return False
         if "lightning" not in frame.f_code.co_filename:
             continue
         owner = frame.f_locals.get("self")
         for package, trainer_class in classes:
             if isinstance(owner, trainer_class):
                 _join(owner, package)
-                return
+                return True
+    return False
 
 
 def _join(trainer: Any, package: str) -> None:

@@ -18,7 +18,7 @@ from ..pipeline.fluent import FluidInterface, FluidWrapper
 from ..pipeline.iterable import require_torch
 from ..pipeline.seams import LoaderDataset
 from ..shards.world import World
-from ._heal import Healing, Restarts
+from ._arguments import check_worker_restarts
 from ._length import loader_length
 from ._orphans import follow
 from ._start import StartChoice, choose, prepare
@@ -30,6 +30,7 @@ require_torch("shardstream.WebLoader (a torch DataLoader)")
 
 from torch.utils.data import DataLoader  # noqa: E402 - after the install hint above
 
+from ._heal import Healing, Restarts  # noqa: E402 - needs torch
 from ._watchdog import WatchedIter, arm  # noqa: E402 - needs torch
 
 __all__ = ["WebLoader"]
@@ -123,12 +124,7 @@ class WebLoader(DataLoader, FluidInterface):  # type: ignore[type-arg]
                 "num_threads=N) (N threads in this process) or ss.Loader(dataset, batch_size=..., "
                 "num_workers=N) (N worker processes, batches in reused shared memory)"
             )
-        if isinstance(worker_restarts, bool) or not isinstance(worker_restarts, int) or worker_restarts < 0:
-            raise ValueError(
-                f"worker_restarts={worker_restarts!r}: give the number of lost workers to replace per "
-                "epoch, an integer of at least 0 (0: the first lost worker raises)"
-            )
-        self._restarts = Restarts(worker_restarts)
+        self._restarts = Restarts(check_worker_restarts(worker_restarts))
         #: Called with the PIDs of workers this loader ended at once (a restart): ``ss.Loader``
         #: removes the shared-memory buffers they left.
         self._after_stop: Callable[[list[int]], None] | None = None
@@ -275,7 +271,8 @@ class WebLoader(DataLoader, FluidInterface):  # type: ignore[type-arg]
             weakref.finalize(self, shutil.rmtree, self._stacks, True)
         self._worker_init.stacks = self._stacks
         self._worker_init.loader_pid = os.getpid()
-        self.check_worker_number_rationality()
+        # No check_worker_number_rationality() here: DataLoader.__init__ ran it already, and a
+        # second call printed torch's "will create N worker processes" warning twice.
         return WatchedIter(self, bound=self._wait_bound(), stacks=self._stacks, choice=choice)
 
     def _log_start(self, choice: StartChoice) -> None:
@@ -442,8 +439,9 @@ class WebLoader(DataLoader, FluidInterface):  # type: ignore[type-arg]
         if fluid.nsamples > 0 and fluid.repetitions == sys.maxsize:
             return int(fluid.nsamples)  # with_epoch(n): every iter() yields n items
         raise TypeError(
-            "this WebLoader's length is unknown (its stages change the number of batches); call "
-            ".with_length(n), or .with_epoch(n) for epochs of exactly n batches"
+            "this WebLoader's length is unknown (its stages change the number of batches): make every "
+            "epoch exactly n batches long with .with_epoch(n) (.with_length(n) only declares a length "
+            "and caps nothing)"
         )
 
     def _pipeline_over_batches(self) -> Any:

@@ -29,12 +29,11 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future
 from typing import Any
 
 from ..errors import WorkerStuckError
-from ..pipeline.parallel import Threads
 from ..pipeline.pipeline import close_iterator
+from ..pipeline.pool import Task, Threads
 from ..pipeline.seams import LoaderDataset
 
 __all__ = ["EpochRun"]
@@ -103,13 +102,14 @@ class EpochRun:
         return False
 
     def _make(self, item: Any) -> Any:
-        """The batch made from ``item``: here without a pool, else a future on the pool. While
+        """The batch made from ``item``: here without a pool, else a task on the pool. While
         the training loop has batches in hand the making waits behind the reading's chunks
-        (``Threads.submit(later=True)``), so the reader keeps the pool fed; a batch the loop
-        is (or will at once be) waiting for goes first."""
+        (``Threads.task(later=True)``), so the reader keeps the pool fed; a batch the loop
+        is (or will at once be) waiting for goes before everything queued."""
         if self.threads is None:
             return self.collate(item)
-        return self.threads.submit(self.collate, item, later=not self.queue.empty())
+        waiting = self.queue.empty()  # the loop waits (or will at once) for this batch
+        return self.threads.task(self.collate, item, later=not waiting, first=waiting)
 
     def _batches(self, it: Iterator[Any]) -> Iterator[Any]:
         size = self.batch_size
@@ -159,7 +159,7 @@ class EpochRun:
         if type(item) is _Failure:
             raise item.error
         batch, position = item
-        if isinstance(batch, Future):
+        if type(batch) is Task:
             batch = batch.result()  # collated on the pool: raises the collate function's error
         return batch, position
 

@@ -38,7 +38,7 @@ from typing import Any
 from ..forks import at_fork_in_child
 from .idle import Key
 from .response import CONNECTING, HANDSHAKE, RECEIVING, SENDING, WOULD_BLOCK, Answer, Job, Stale, receive
-from .whole import Connection, WholeBodyPool
+from .whole import Connection, Expect, WholeBodyPool
 
 __all__ = ["AVAILABLE", "Answer", "Multiplexer", "borrow"]
 
@@ -77,10 +77,11 @@ class Multiplexer:
 
     # -- submitting ---------------------------------------------------------------------------------
 
-    def submit(self, token: Any, key: Key, request: bytes) -> Answer | None:
-        """Start ``request`` (the whole request's bytes) to ``key`` = (scheme, host, port). Its
+    def submit(self, token: Any, key: Key, request: bytes, expect: Expect | None = None) -> Answer | None:
+        """Start ``request`` (the whole request's bytes) to ``key`` = (scheme, host, port), its
+        body bounded by ``expect`` (else the pool's ``max_body``; see :class:`~.whole.Expect`). Its
         :class:`Answer` comes from a later :meth:`wait`, or at once when it fails to start."""
-        job = Job(token, key, request)
+        job = Job(token, key, request, expect, self.pool.max_body)
         try:
             try:
                 if self.pool.proxies:  # absolute form for an http origin through an HTTP(S) proxy

@@ -25,11 +25,14 @@ from .idle import IdleConnections
 from .idle import Key as _Key
 from .proxy import Proxies
 from .tunnel import connect_via, refusal
+from .whole import BodyTooLarge
 
 __all__ = ["ConnectionPool", "PooledBody"]
 
 # The read buffer size of a response (socket.makefile's default).
 _READ_BUFFER = io.DEFAULT_BUFFER_SIZE
+# What finish() reads to keep a connection: more (or a body of unknown length) closes it instead.
+_DRAIN = 1 << 16
 
 
 #: Methods that a stale keep-alive connection may silently send again.
@@ -125,10 +128,36 @@ class PooledBody:
             reusable = complete and not self.response.will_close and self._pid == os.getpid()
             self._pool.release(self._key, conn, reusable=reusable)
 
+    def read_all(self, limit: int) -> bytes:
+        """The rest of the body (a listing page, a JSON answer), at most ``limit`` bytes: a
+        ``Content-Length`` above it raises :class:`~.whole.BodyTooLarge` before anything is
+        allocated (``http.client``'s own ``read()`` allocates what the server claims, a whole
+        ``Content-Length`` or chunk size at once), and a chunked or close-delimited body is read
+        up to it and refused past it (the connection is then closed). Afterwards :meth:`finish`
+        hands the connection back, as after ``response.read()``."""
+        resp = self.response
+        if resp.length is not None and resp.length > limit:
+            self.close()
+            raise BodyTooLarge(resp.length, limit, announced=True, expected=False)
+        out = bytearray()
+        while True:
+            data = resp.read(min(_DRAIN, limit + 1 - len(out)))
+            if not data:
+                return bytes(out)
+            out += data
+            if len(out) > limit:
+                self.close()
+                raise BodyTooLarge(len(out), limit, announced=False, expected=False)
+
     def finish(self) -> None:
-        """Read what is left (a HEAD or small response) so the connection can be reused."""
+        """Read what is left (a HEAD or small response) so the connection can be reused; a body
+        with more than 64 KiB left, or of unknown length, is not read: the connection is closed."""
+        resp = self.response
+        if not resp.isclosed() and (resp.length is None or resp.length > _DRAIN):
+            self.close()
+            return
         try:
-            self.response.read()
+            resp.read()
         except Exception:
             self.close()
             return

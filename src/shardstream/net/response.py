@@ -2,7 +2,9 @@
 
 The parts of :mod:`.multiplex` that know HTTP/1.1 framing: a status line, the headers that frame
 the body (``Content-Length``, ``Transfer-Encoding``, ``Connection``), and a body that fits the
-connection's buffer or gets one of its own. The loop itself (sockets, ``epoll``, idle
+connection's buffer or gets one of its own, after its ``Content-Length`` has been checked against
+the request's bound (:func:`~.whole.body_limit`: a larger claim is refused before anything is
+allocated for it). The loop itself (sockets, ``epoll``, idle
 connections) stays in :mod:`.multiplex`.
 """
 
@@ -13,8 +15,9 @@ import ssl
 import time
 from typing import Any
 
+from ..config import DEFAULT_MAX_BODY
 from .idle import Key
-from .whole import Connection
+from .whole import BodyTooLarge, Connection, Expect, body_limit
 
 __all__ = [
     "CONNECTING",
@@ -57,13 +60,22 @@ class Answer:
 class Job:
     __slots__ = (
         "token", "key", "request", "conn", "state", "mask", "sent", "reused", "head", "body",
-        "length", "got", "deadline", "answer", "keep",
+        "length", "got", "deadline", "answer", "keep", "expect", "max_body",
     )  # fmt: skip
 
-    def __init__(self, token: Any, key: Key, request: bytes) -> None:
+    def __init__(
+        self,
+        token: Any,
+        key: Key,
+        request: bytes,
+        expect: Expect | None = None,
+        max_body: int = DEFAULT_MAX_BODY,
+    ) -> None:
         self.token = token
         self.key = key
         self.request = request
+        self.expect = expect  # the body sizes the request may take (see whole.Expect)
+        self.max_body = max_body
         self.conn: Connection | None = None
         self.state = CONNECTING
         self.mask = 0  # the events watched on the connection
@@ -172,6 +184,9 @@ def parse_head(job: Job, end: int) -> bool:
                 "an answer without a plain Content-Length is left to the blocking client"
             )
         job.length = int(length)
+        limit, expected = body_limit(status, job.expect, job.max_body)
+        if job.length > limit:  # refused before a buffer of that size is made
+            raise BodyTooLarge(job.length, limit, announced=True, expected=expected)
     if buffered_body(job):
         return True
     if start + job.length > len(conn.buf):  # larger than the buffer: a body of its own

@@ -16,10 +16,17 @@ bodies stays with :mod:`.pool` (its reader fills the caller's buffer without thi
 copy). Proxies as in :mod:`.proxy`, connected by :func:`.tunnel.connect_via`.
 Not supported: HTTP/2, ``Expect: 100-continue`` (1xx answers are skipped).
 
+Every body is bounded before it is read (:class:`Expect`, ``max_body``): a ``Content-Length``
+larger than the bound is refused before anything is allocated for it, and a chunked body or one
+ended by the connection's close is read up to the bound and refused past it, so a server's word
+never decides how much memory this process takes. The bound of an answer that is the object (or
+the asked range) is the size the caller expects; where it expects none, and for error answers,
+it is the pool's ``max_body``.
+
 Errors are the standard library's: ``OSError`` (reset, refused, timeout) and
-``http.client.HTTPException`` (a malformed response, a body cut short); the sources translate
-them. The body bytes received before a failure stay in the caller's buffer, so a retry can resume
-after them.
+``http.client.HTTPException`` (a malformed response, a body cut short, :class:`BodyTooLarge`);
+the sources translate them. The body bytes received before a failure stay in the caller's
+buffer, so a retry can resume after them.
 """
 
 from __future__ import annotations
@@ -29,17 +36,61 @@ import socket
 import ssl
 import struct
 from collections.abc import Mapping
+from dataclasses import dataclass
 
+from ..config import DEFAULT_MAX_BODY
 from ..forks import ForkSafeLock
 from .idle import Closable, IdleConnections
 from .idle import Key as _Key
 from .proxy import Proxies, absolute_form
 from .tunnel import connect_via
 
-__all__ = ["WholeBodyPool", "WholeResponse", "render_request"]
+__all__ = ["BodyTooLarge", "Expect", "WholeBodyPool", "WholeResponse", "render_request"]
 
 _BUFFER = 1 << 16
 _MAX_HEAD = 1 << 16  # status line plus headers
+
+
+@dataclass(frozen=True)
+class Expect:
+    """The body sizes a request may take, in bytes: ``whole`` for a 2xx answer that is the object
+    (its size, when the caller knows it: a manifest's or a stat's), ``part`` for a 206 (the asked
+    range's length, when it has one). ``None``: the pool's ``max_body``. Error answers are always
+    bounded by ``max_body`` (their bodies are messages, whatever the object's size)."""
+
+    whole: int | None = None
+    part: int | None = None
+
+
+class BodyTooLarge(http.client.HTTPException):
+    """An answer's body is larger than the request may take; nothing beyond the bound was read.
+
+    Attributes:
+        size: the size announced (``Content-Length``, or the chunk sizes so far) or received
+            (a body ended by the connection's close).
+        limit: the most bytes the request could take.
+        announced: ``size`` is the server's claim (nothing of it was allocated), not bytes received.
+        expected: ``limit`` is the size the caller expected (:class:`Expect`), not ``max_body``.
+    """
+
+    def __init__(self, size: int, limit: int, *, announced: bool, expected: bool) -> None:
+        self.size = size
+        self.limit = limit
+        self.announced = announced
+        self.expected = expected
+        what = "announces" if announced else "sent"
+        bound = "the size expected" if expected else "max_body"
+        super().__init__(f"the answer {what} a body of {size} bytes, more than the {limit} bytes of {bound}")
+
+
+def body_limit(status: int, expect: Expect | None, max_body: int) -> tuple[int, bool]:
+    """The most body bytes an answer with ``status`` may have, and whether that is the caller's
+    expectation (else ``max_body``). A 206 without a range length is bounded by the object's size."""
+    if expect is not None and 200 <= status < 300:
+        want = expect.part if status == 206 and expect.part is not None else expect.whole
+        if want is not None:
+            return want, True
+    return max_body, False
 
 
 class WholeResponse:
@@ -122,6 +173,8 @@ class WholeBodyPool:
         ssl_context: context for ``https`` (default: the system's trusted CAs).
         max_idle: idle connections kept per host.
         proxies: which origins are reached through a proxy (default: none).
+        max_body: the most body bytes an answer may have where the request expects no size (and
+            for error answers); default 1 GiB (the sources pass ``SHARDSTREAM_MAX_BODY``).
     """
 
     def __init__(
@@ -133,10 +186,12 @@ class WholeBodyPool:
         ssl_context: ssl.SSLContext | None = None,
         max_idle: int = 64,
         proxies: Proxies | None = None,
+        max_body: int = DEFAULT_MAX_BODY,
     ) -> None:
         self.connect_timeout = connect_timeout
         self.response_timeout = response_timeout
         self.read_timeout = read_timeout
+        self.max_body = max_body
         self._ssl = ssl_context
         self.proxies = proxies
         self.idle: IdleConnections[Connection] = IdleConnections(max_idle)
@@ -190,13 +245,24 @@ class WholeBodyPool:
         sink: bytearray,
         *,
         method: str = "GET",
+        expect: Expect | None = None,
     ) -> WholeResponse:
         """Send ``method target`` to ``key`` = (scheme, host, port) and append the whole body to
-        ``sink``. ``headers`` must include ``Host``. On an error, the body bytes that arrived are
+        ``sink``. ``headers`` must include ``Host``. The body is bounded by ``expect`` (else
+        ``max_body``): past it, :class:`BodyTooLarge`. On an error, the body bytes that arrived are
         in ``sink`` and the exception propagates."""
-        return self.send(key, render_request(method, target, headers), sink, head=method == "HEAD")
+        request = render_request(method, target, headers)
+        return self.send(key, request, sink, head=method == "HEAD", expect=expect)
 
-    def send(self, key: _Key, request: bytes, sink: bytearray, *, head: bool = False) -> WholeResponse:
+    def send(
+        self,
+        key: _Key,
+        request: bytes,
+        sink: bytearray,
+        *,
+        head: bool = False,
+        expect: Expect | None = None,
+    ) -> WholeResponse:
         """:meth:`get` for a request already rendered (a GET, or a HEAD with ``head=True``)."""
         while True:
             conn = self.idle.take(key)
@@ -207,7 +273,7 @@ class WholeBodyPool:
             try:
                 conn.set_timeout(self.response_timeout)
                 conn.sock.sendall(self.for_proxy(key, request) if self.proxies else request)
-                reusable = self._read(conn, resp, sink, head=head)
+                reusable = self._read(conn, resp, sink, head=head, expect=expect)
             except (ConnectionResetError, BrokenPipeError, http.client.RemoteDisconnected):
                 conn.close()
                 if reused and not resp.status:  # the server closed an idle connection: once more
@@ -225,7 +291,9 @@ class WholeBodyPool:
                 conn.close()
             return resp
 
-    def _read(self, conn: Connection, resp: WholeResponse, sink: bytearray, *, head: bool) -> bool:
+    def _read(
+        self, conn: Connection, resp: WholeResponse, sink: bytearray, *, head: bool, expect: Expect | None
+    ) -> bool:
         """Read one response into ``resp`` and ``sink``; whether the connection can be reused."""
         conn.start = conn.end = 0
         while True:  # skip 1xx answers
@@ -238,21 +306,31 @@ class WholeBodyPool:
         keep = fields.get("connection", "").lower() != "close"
         if head or resp.status in (204, 304):
             return keep and conn.start == conn.end
+        limit, expected = body_limit(resp.status, expect, self.max_body)
         if "chunked" in fields.get("transfer-encoding", "").lower():
-            self._chunked(conn, sink)
+            self._chunked(conn, sink, limit, expected)
             return keep and conn.start == conn.end
         length = fields.get("content-length")
-        if length is None:  # the body ends when the server closes
+        if length is None:  # the body ends when the server closes: read up to the bound
+            got = conn.end - conn.start
+            if got > limit:
+                raise BodyTooLarge(got, limit, announced=False, expected=expected)
             sink += conn.view[conn.start : conn.end]
             conn.start = conn.end = 0
             conn.set_timeout(self.read_timeout)
             while conn.recv():
+                got += conn.end
+                if got > limit:
+                    raise BodyTooLarge(got, limit, announced=False, expected=expected)
                 sink += conn.view[: conn.end]
                 conn.end = 0
             return False
         if not length.isdigit():
             raise http.client.HTTPException(f"invalid Content-Length {length[:40]!r}")
-        self._exact(conn, sink, int(length))
+        size = int(length)
+        if size > limit:  # refused before a byte of it is allocated
+            raise BodyTooLarge(size, limit, announced=True, expected=expected)
+        self._exact(conn, sink, size)
         return keep and conn.start == conn.end
 
     def _head(self, conn: Connection, resp: WholeResponse) -> int:
@@ -309,8 +387,9 @@ class WholeBodyPool:
             view.release()
             del sink[at:]
 
-    def _chunked(self, conn: Connection, sink: bytearray) -> None:
+    def _chunked(self, conn: Connection, sink: bytearray, limit: int, expected: bool) -> None:
         conn.set_timeout(self.read_timeout)
+        got = 0
         while True:
             line = self._line(conn)
             size_text = line.split(b";", 1)[0].strip()
@@ -322,6 +401,9 @@ class WholeBodyPool:
                 while self._line(conn):  # trailers, up to the empty line
                     pass
                 return
+            got += size
+            if got > limit:  # (before the chunk is allocated: its size is a claim too)
+                raise BodyTooLarge(got, limit, announced=True, expected=expected)
             self._exact(conn, sink, size)
             if self._line(conn):
                 raise http.client.HTTPException("a chunk is not followed by CRLF")

@@ -82,10 +82,13 @@ class ObjectGetter:
     def get(self, url: str, size: int = -1, *, offset: int = 0, length: int | None = None) -> bytes:
         """The bytes of ``url``, or of its range ``[offset, offset + length)`` (to its end when
         ``length`` is ``None``; fewer where the object ends first); raises a SourceError when
-        they cannot be had (or when stopped)."""
+        they cannot be had (or when stopped). ``size``: the object's size from its manifest
+        (negative: unknown); an object that turns out larger raises ResponseTooLargeError, as
+        one larger than ``max_body`` does when the size is unknown."""
         source = self.source_for(url)
+        known = size if size >= 0 else None
         if source.retries_in_get_into:
-            return self._once(source, url, offset, length)
+            return self._once(source, url, offset, length, known)
         buf = bytearray()
         etag: str | None = None
         failures = 0
@@ -97,7 +100,7 @@ class ObjectGetter:
             ok = False
             try:
                 self.requests += 1
-                etag = source.get_into(url, buf, etag=etag, offset=offset, length=length)
+                etag = source.get_into(url, buf, etag=etag, offset=offset, length=length, size=known)
                 ok = True
                 return bytes(buf)
             except TransientSourceError as exc:
@@ -146,7 +149,7 @@ class ObjectGetter:
             if self.stop.wait(delay):
                 raise _stopped(url)
 
-    def _once(self, source: SourceBase, url: str, offset: int, length: int | None) -> bytes:
+    def _once(self, source: SourceBase, url: str, offset: int, length: int | None, size: int | None) -> bytes:
         """One call of a ``get_into`` that retries on its own."""
         if not self.concurrency.acquire(self.stop):
             raise _stopped(url)
@@ -154,7 +157,7 @@ class ObjectGetter:
         try:
             self.requests += 1
             buf = bytearray()
-            source.get_into(url, buf, offset=offset, length=length)
+            source.get_into(url, buf, offset=offset, length=length, size=size)
             ok = True
             return bytes(buf)
         finally:

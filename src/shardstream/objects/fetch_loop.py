@@ -1,11 +1,13 @@
 """The fetch-ahead engine for objects and byte ranges on one thread, over a source's ``get_many`` session.
 
 What it fetches is a :class:`Jobs` table: job ``i`` is a dict to fill and its parts, each a
-field name and a :data:`Request` ``(url, offset, length)``: a whole object (``(url, 0, None)``,
-a sample of :class:`~.samples.SampleTable`) or a byte range (a run of tar samples of
-``shardstream.ShardDataset``). Same contract as :class:`~.fetch.FetchAhead` (jobs in sampler
-order, up to ``window`` ahead and ``max_bytes`` fetched but not consumed, delivered in order or
-as they complete, a failed job delivered as its exception). The consumer's own thread submits
+field name and a :data:`Request` ``(url, offset, length, size)``: a whole object
+(``(url, 0, None, size)``, a sample of :class:`~.samples.SampleTable`, ``size`` from its manifest)
+or a byte range (a run of tar samples of ``shardstream.ShardDataset``). Each answer is bounded by
+what the request expects (the range's length, the object's size, else the source's
+``max_body``). Same contract as :class:`~.fetch.FetchAhead` (jobs in sampler order, up to
+``window`` ahead and ``max_bytes`` fetched but not consumed, delivered in order or as they
+complete, a failed job delivered as its exception). The consumer's own thread submits
 each request to the source's :class:`~shardstream.sources.ManyGets` session and takes the
 outcomes it reports: for S3 that session is one ``epoll`` loop (no thread woken per GET, which
 is what a window of threads pays for; both are measured in
@@ -65,8 +67,9 @@ DEFAULT_GATHER = 0.002
 
 
 #: One GET: bytes ``[offset, offset + length)`` of ``url`` (to its end when ``length`` is ``None``;
-#: ``(url, 0, None)`` is the whole object).
-Request = tuple[str, int, int | None]
+#: ``(url, 0, None, size)`` is the whole object) and the object's ``size`` when known (a manifest's;
+#: ``None``: unknown), which bounds the answer.
+Request = tuple[str, int, int | None, int | None]
 
 
 class Jobs(Protocol):
@@ -141,9 +144,9 @@ def loop_fetch(
 
     def help_with(record: _Sample, ext: str, request: Request) -> None:
         def run() -> None:
-            url, offset, length = request
+            url, offset, length, size = request
             try:
-                result = getter.get(url, offset=offset, length=length)
+                result = getter.get(url, -1 if size is None else size, offset=offset, length=length)
             except BaseException as exc:  # delivered in the sample's place, as FetchAhead does
                 helped.put((record, ext, None, exc))
             else:
@@ -197,9 +200,9 @@ def loop_fetch(
             # send what the gate lets through
             while waiting and gate.try_acquire():
                 part = waiting.popleft()
-                url, offset, length = part[2]
+                url, offset, length, known = part[2]
                 getter.requests += 1
-                failed = gets.submit(part, url, offset, length)
+                failed = gets.submit(part, url, offset, length, known)
                 if failed is None:
                     fast += 1
                 elif failed.kind == OK:  # (answered at once: an empty range)

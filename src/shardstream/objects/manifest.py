@@ -29,7 +29,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from ..errors import ConfigurationError, redact_url
-from ..sources import create_url, open_url, scheme_of
+from ..sources import create_url, read_url, scheme_of
 
 __all__ = ["MANIFEST_NAME", "Manifest", "prefix_url", "read_manifest_file"]
 
@@ -134,8 +134,7 @@ def read_manifest_file(
     location: str, root: str, storage_options: Mapping[str, Any] | None = None
 ) -> Manifest:
     """Parse a key list, JSONL or S3 Inventory CSV file (see the module docstring)."""
-    with open_url(location, storage_options=storage_options) as f:
-        data = f.read()
+    data = read_url(location, storage_options=storage_options)  # bounded by max_body
     if location.endswith(".gz") or data[:2] == b"\x1f\x8b":
         data = gzip.decompress(data)
     text = data.decode("utf-8")

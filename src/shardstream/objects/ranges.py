@@ -33,18 +33,22 @@ from .fetch_loop import DEFAULT_GATHER, FetchRun, Request, loop_fetch
 __all__ = ["RangeFetcher"]
 
 
+#: A byte range to fetch: ``(url, offset, length)`` (to the object's end when ``length`` is ``None``).
+Range = tuple[str, int, int | None]
+
+
 class _Batch:
-    """A batch of requests as :class:`~.fetch_loop.Jobs`: job ``i`` is request ``i``, field ``""``."""
+    """A batch of ranges as :class:`~.fetch_loop.Jobs`: job ``i`` is range ``i``, field ``""``
+    (its answer bounded by its length, or by ``max_body`` when it runs to the object's end)."""
 
     __slots__ = ("requests",)
 
-    def __init__(self, requests: Sequence[Request]) -> None:
+    def __init__(self, requests: Sequence[Range]) -> None:
         self.requests = requests
 
     def job(self, i: int) -> tuple[dict[str, Any], Sequence[tuple[str, Request]], int]:
-        request = self.requests[i]
-        length = request[2]
-        return {}, (("", request),), length if length is not None else 0
+        url, offset, length = self.requests[i]
+        return {}, (("", (url, offset, length, None)),), length if length is not None else 0
 
 
 class RangeFetcher:
@@ -94,7 +98,7 @@ class RangeFetcher:
         """503 SlowDown / 429 answers seen by this process (each one retried)."""
         return self.concurrency.throttles
 
-    def fetch(self, requests: Sequence[Request]) -> list[bytes | BaseException]:
+    def fetch(self, requests: Sequence[Range]) -> list[bytes | BaseException]:
         """The bytes of each ``(url, offset, length)``, in order (fewer where the object ends
         first); a request that failed gets its exception (a SourceError naming the URL)."""
         if self._pid != os.getpid():  # a forked copy: the parent's sessions are not ours

@@ -75,12 +75,20 @@ class SampleTable:
                 total += size
         return total
 
-    def job(self, i: int) -> tuple[dict[str, Any], tuple[tuple[str, tuple[str, int, None]], ...], int]:
+    def job(
+        self, i: int
+    ) -> tuple[dict[str, Any], tuple[tuple[str, tuple[str, int, None, int | None]], ...], int]:
         """Sample ``i`` as the fetch loop takes it (:class:`~.fetch_loop.Jobs`): its dict with
-        ``__key__`` and ``__url__``, one whole-object request per field, and its bytes."""
+        ``__key__`` and ``__url__``, one whole-object request per field (with the object's size
+        from the manifest, which bounds its answer), and its bytes."""
         manifest = self.manifest
-        root, keys = manifest.root, manifest.keys
-        parts = tuple([(ext, (root + keys[j], 0, None)) for ext, j in self.fields[i]])
+        root, keys, sizes = manifest.root, manifest.keys, manifest.sizes
+        parts = tuple(
+            [
+                (ext, (root + keys[j], 0, None, sizes[j] if sizes[j] >= 0 else None))
+                for ext, j in self.fields[i]
+            ]
+        )
         return {"__key__": self.keys[i], "__url__": root}, parts, self.nbytes(i)
 
     def __repr__(self) -> str:

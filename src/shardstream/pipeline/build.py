@@ -8,7 +8,7 @@ from typing import Any
 
 from ..errors import StateError
 from .base import FunctionStage, IterNode, MapStage, Node, RunContext, Stage, StateDict
-from .instrument import instrument
+from .instrument import instrument, instrument_run
 from .parallel import build_parallel
 from .trace import trace_node
 
@@ -101,13 +101,16 @@ def build_nodes(
                 while j < len(stages) and isinstance(stages[j], MapStage):
                     j += 1
                 run = build_parallel(stages[i:j], node, ctx, state, contexts[i:j])
-                node, f, i = run[-1], stages[j - 1], j
+                node = run[-1]
                 nodes.extend(run[:-1])
+                if ctx.telemetry is not None:
+                    instrument_run(ctx.telemetry, node, stages[i:j], contexts[i:j])
+                f, i = stages[j - 1], j  # the run's node yields its last stage's items
             else:
                 node = build_one(f, node, contexts[i], state)
+                if ctx.telemetry is not None:
+                    instrument(ctx.telemetry, node, f, contexts[i])
                 i += 1
-            if ctx.telemetry is not None:
-                instrument(ctx.telemetry, node, f)
             if ctx.trace is not None:
                 trace_node(ctx.trace, node, f)
         except BaseException:

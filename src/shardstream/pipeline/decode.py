@@ -37,16 +37,23 @@ class Decode(MapStage):
             # user's main process (mallopt is process-wide and inherited by later forks).
             # SHARDSTREAM_TUNE_MALLOC=0 opts out.
             tune_allocator()
-        decoder = self.decoder
-        if ctx.fills and self.handler is reraise_exception:
-            # Only stages that move values follow, then the loader's default collation: JPEGs
-            # are decoded straight into the batch (decoders/deferred.py). A skip handler must
-            # see a decode error here, where the sample can still be dropped.
-            decoder = decoder.deferring()
+        decoder = self.decoder.deferring() if self.defers(ctx) else self.decoder
         # Decoders with per-epoch randomness (video clips, audio windows) take the run context,
         # so their draws are a pure function of (seed, epoch, sample key) and resume reproduces them.
         bind = getattr(decoder, "bind", None)
         return bind(ctx) if bind is not None else decoder
+
+    def defers(self, ctx: RunContext) -> bool:
+        """Whether this stage, built with ``ctx``, leaves its JPEGs to be decoded straight into
+        the batch (``decoders/deferred.py``): its time is then mostly the batch maker's, which
+        telemetry reports as ``decode (into the batch)``."""
+        # Only stages that move values follow, then the loader's default collation. A skip
+        # handler must see a decode error here, where the sample can still be dropped.
+        return (
+            ctx.fills
+            and self.handler is reraise_exception
+            and self.decoder.deferring() is not self.decoder  # some handler can defer
+        )
 
 
 def decode(*args: Any, handler: Handler = reraise_exception, **kw: Any) -> Decode:

@@ -4,27 +4,36 @@
 (see :mod:`shardstream.telemetry.recorder` for what is timed and why); nothing is replaced when
 telemetry is off, so the hot path is then exactly the uninstrumented one. The reading node reads
 through a :class:`~shardstream.telemetry.io.TimedSource` (declared by :class:`ReadsSource`).
+:func:`instrument_run` does it for a run of per-sample stages on a loader's threads, one node
+that reports a row per stage.
 """
 
 from __future__ import annotations
 
 import inspect
+from collections.abc import Sequence
 from typing import Any
 
 from ..telemetry.clock import Slot, clocked, timed_map
 from ..telemetry.io import TimedSource
 from ..telemetry.recorder import Recorder, Setting
-from ..telemetry.report import summarize
+from ..telemetry.report import INTO_BATCH, summarize
 from ._epochs import EpochOwner
-from .base import MapStage, Node, _MapNode
+from .base import MapStage, Node, RunContext, _MapNode
+from .decode import Decode
 from .labels import skip_counters, stage_kind, stage_label, stage_stats
 from .seams import CountsIO, ReadsSource
 
-__all__ = ["consumer", "instrument", "pipeline_stats"]
+__all__ = ["consumer", "instrument", "instrument_run", "pipeline_stats"]
 
 
-def instrument(rec: Recorder, node: Node, stage: Any) -> None:
-    """Time ``node`` (just built from ``stage``): replace its generator by a timed one."""
+def instrument(rec: Recorder, node: Node, stage: Any, ctx: RunContext | None = None) -> None:
+    """Time ``node`` (just built from ``stage`` with ``ctx``): replace its generator by a timed one.
+
+    A decode stage that leaves its JPEGs to the batch maker (``Decode.defers``) is labelled
+    ``decode (into the batch)``: the report adds the batch maker's time to it (``collate``),
+    as that is where the pixels are decoded (:func:`~shardstream.telemetry.report.process_view`).
+    """
     if isinstance(stage, EpochOwner):
         return  # a nested pipeline: its own stages were instrumented as they were built
     k = rec.stages_built
@@ -35,7 +44,10 @@ def instrument(rec: Recorder, node: Node, stage: Any) -> None:
             rec.layer[3].append(node)
         return
     mapped = type(node) is _MapNode and isinstance(stage, MapStage)
-    slot = rec.slot(f"{k}:{stage_label(stage)}", kind, "own" if mapped else "inclusive", stage_stats(stage))
+    label = stage_label(stage)
+    if ctx is not None and isinstance(stage, Decode) and stage.defers(ctx):
+        label += INTO_BATCH
+    slot = rec.slot(f"{k}:{label}", kind, "own" if mapped else "inclusive", stage_stats(stage))
     if mapped:
         assert isinstance(node, _MapNode) and node.upstream is not None
         up = _unlayer(rec, node.upstream)
@@ -45,6 +57,32 @@ def instrument(rec: Recorder, node: Node, stage: Any) -> None:
         rec.watch(node.read_through(lambda source: TimedSource(source, rec)))
     elif kind == "read" and isinstance(node, CountsIO):
         node.count_io(rec)
+    rec.layer = (node, slot, node._it, [])
+    node._it = clocked(node._it, slot, rec)
+
+
+def instrument_run(
+    rec: Recorder, node: Node, stages: Sequence[MapStage], contexts: Sequence[RunContext]
+) -> None:
+    """Time ``node``, a run of per-sample stages on a loader's threads (``parallel.py``), built from
+    ``stages`` with ``contexts``: one row per stage in the report, numbered as every other stage
+    (as :func:`~.labels.leaf_stages` numbers them, so ``stats()["threads"]`` names the same rows).
+
+    The node is timed as a whole (a ``run`` slot: how long the thread reading the pipeline waits
+    for the run's items), and each stage gets a ``part`` slot of no time of its own: the report
+    shares the run's time among them by the wall time of their calls that the pool samples
+    anyway (:attr:`~shardstream.telemetry.stats.StageStats.thread_wall_ns`, for the GIL check),
+    so timing a run adds no work per item on the threads. A decode stage that defers its JPEGs
+    is labelled ``decode (into the batch)``, as in :func:`instrument`.
+    """
+    for stage, ctx in zip(stages, contexts, strict=True):
+        k = rec.stages_built
+        rec.stages_built += 1
+        label = stage_label(stage)
+        if isinstance(stage, Decode) and stage.defers(ctx):
+            label += INTO_BATCH
+        rec.slot(f"{k}:{label}", stage_kind(stage), "part", stage.stats)
+    slot = rec.slot(f"{k}:run on threads", "run", "run", None)
     rec.layer = (node, slot, node._it, [])
     node._it = clocked(node._it, slot, rec)
 
@@ -81,20 +119,29 @@ def _unstarted(it: Any) -> bool:
     return inspect.isgenerator(it) and inspect.getgeneratorstate(it) == inspect.GEN_CREATED
 
 
-def pipeline_stats(setting: Setting, steps: list[Any]) -> dict[str, Any]:
-    """``DataPipeline.stats()``: the report of this process, with every stage's skip counters."""
+def pipeline_stats(
+    setting: Setting, steps: list[Any], summary: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """``DataPipeline.stats()``: the report of this process, with every stage's skip counters.
+
+    ``summary``: the report of the counters made elsewhere, in place of this process's own: a
+    loader's (``ss.Loader``'s thread mode runs copies of the pipeline that count into its recorder,
+    and times its training loop's wait); ``None`` with ``setting`` off: the skip counters alone.
+    """
     skips = skip_counters(steps)
     errors = {label.partition(":")[0]: stats.last_error for label, stats in skips}
-    if isinstance(setting, Recorder):
-        report = summarize([setting.view()] if setting.slots else [])
-        for entry in report["stages"]:
-            if entry["kind"] not in ("io", "collate"):
-                entry["last_error"] = errors.get(entry["stage"].partition(":")[0])
+    if summary is None and isinstance(setting, Recorder):
+        summary = summarize([setting.view()] if setting.slots else [])
         if not setting.slots:
-            report["verdict"] = (
+            summary["verdict"] = (
                 "no data in this process yet: iterate the dataset here (its DataLoader workers "
                 "report through WebLoader(..., telemetry=True).stats())"
             )
+    if summary is not None:
+        report = summary
+        for entry in report["stages"]:
+            if entry["kind"] not in ("io", "collate"):
+                entry["last_error"] = errors.get(entry["stage"].partition(":")[0])
     else:
         report = {
             "telemetry": False,

@@ -10,7 +10,7 @@ import logging
 import sys
 import weakref
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Literal
 
 from ..errors import StateError, redact_url
 from ..shards.world import World
@@ -201,14 +201,21 @@ class DataPipeline(EpochOwner, IterableDatasetBase):  # type: ignore[type-arg]
     def stage(self, i: int) -> Any:
         return self.pipeline[i]
 
-    def run_copy(self) -> DataPipeline:
+    def run_copy(self, *, telemetry: Recorder | Literal[False] | None = None) -> DataPipeline:
         """A private copy of this pipeline for one loader to run, as a DataLoader worker runs a
         pickled copy: the same stages (shared: their skip counters add up), settings and epoch
         counters; no running pass, position, pending restore or workers' hand-over of its own.
-        Its telemetry counts apart (a recorder of its own when this pipeline has one)."""
+
+        Args:
+            telemetry: where the copy's telemetry counts: ``None`` (default) apart, in a
+                recorder of its own when this pipeline has one; a recorder: into it (a loader's,
+                which keeps what its copies measured after they are gone); ``False``: off.
+        """
         result = self.compose()
         result._worker_restore = None
         result._role = None
+        if telemetry is not None:
+            result._telemetry = telemetry
         return result
 
     def build(self, upstream: Node | None, ctx: RunContext, state: StateDict | None = None) -> Node:
@@ -477,7 +484,12 @@ class DataPipeline(EpochOwner, IterableDatasetBase):  # type: ignore[type-arg]
 
     def __len__(self) -> int:
         if self.size is None:
-            raise TypeError("this pipeline's length is unknown; call .with_length(n) or use with_epoch(n)")
+            raise TypeError(
+                "this pipeline's length is unknown: its sample counts are not known. Build the dataset "
+                "with split='equal' (len() then comes from the shards' counts: their _info.json, or one "
+                "counting pass), or make every epoch n items long with .with_epoch(n); .with_length(n) "
+                "only declares a length and caps nothing"
+            )
         return self.size
 
     def slot_length(self, world: World) -> int | None:
@@ -536,6 +548,14 @@ class DataPipeline(EpochOwner, IterableDatasetBase):  # type: ignore[type-arg]
         """
         self._telemetry = resolve(self._telemetry)
         return pipeline_stats(self._telemetry, self.pipeline)
+
+    def add_stage_counters(self, report: dict[str, Any] | None) -> dict[str, Any]:
+        """``report``, a loader's report of this pipeline's runs (``ss.Loader``'s thread mode runs
+        copies that count into its recorder), with what this pipeline's stages count themselves:
+        each stage's ``last_error``, the ``skipped`` total and, for stages run on threads,
+        ``threads`` (their time blocked, see :meth:`stats`). ``None`` (the loader's telemetry is
+        off): the skip counters alone, as :meth:`stats` gives them with telemetry off."""
+        return pipeline_stats(False, self.pipeline, report)
 
     @property
     def skipped(self) -> int:

@@ -9,12 +9,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from ..shards.world import World
     from ..sources import Source
     from ..telemetry.io import IoCounters
+    from ..telemetry.recorder import Recorder
     from .base import RunContext, StateDict
     from .parallel import Threads
 
@@ -41,7 +42,9 @@ class LoaderDataset(Stateful, Protocol):
     (:meth:`run_copy`, iterated with :meth:`run`, which takes the loader's thread pool and fill
     flag for that run only), or hands each worker process its copy with the epoch and its saved
     state (:meth:`restore_workers`, then :meth:`workers_started` once they have their copies).
-    Positions: each batch carries the :meth:`position` of the copy that made it.
+    Positions: each batch carries the :meth:`position` of the copy that made it. Telemetry: a
+    loader's copies may count into the loader's recorder (``run_copy(telemetry=)``), and the
+    loader's report gets the stages' own counters from :meth:`add_stage_counters`.
 
     Lengths: :meth:`slot_length` gives the items one ``(rank, worker)`` slot yields per epoch,
     so a loader counts its batches worker by worker (each worker batches its own items, with a
@@ -60,7 +63,7 @@ class LoaderDataset(Stateful, Protocol):
 
     def run(self, threads: Threads | None = None, *, fills: bool = False) -> Iterator[Any]: ...
 
-    def run_copy(self) -> LoaderDataset: ...
+    def run_copy(self, *, telemetry: Recorder | Literal[False] | None = None) -> LoaderDataset: ...
 
     def context(self, epoch: int) -> RunContext: ...
 
@@ -77,6 +80,8 @@ class LoaderDataset(Stateful, Protocol):
     def with_telemetry(self, enabled: bool = True, *, log_interval: float | None = None) -> Any: ...
 
     def telemetry_on(self) -> bool: ...
+
+    def add_stage_counters(self, report: dict[str, Any] | None) -> dict[str, Any]: ...
 
     def slot_length(self, world: World) -> int | None:
         """Items the slot ``(world.rank, world.worker)`` of ``world`` yields in one epoch (its

@@ -7,9 +7,11 @@ Lookup order for each shard URL:
    ``_info.json`` next to the shards (written by :class:`~shardstream.tar.ShardWriter`; the format reads
    and writes it);
 3. the process-wide cache of earlier counting passes;
-4. a counting pass that reads the shard (bytes only, nothing is decoded). Its results are kept in
-   the process cache and, when ``cache`` names a location, written there in the same index format
-   so the next run (and every other rank) skips the pass.
+4. a counting pass over the shard (the format's ``count``; nothing is decoded): for a local,
+   uncompressed tar shard a walk over its headers that skips the members' data
+   (:mod:`shardstream.tar.walk`), for the others a read of its bytes. Its results are kept in the
+   process cache and, when ``cache`` names a location, written there in the same index format so
+   the next run (and every other rank) skips the pass.
 
 Scale: every rank and DataLoader worker reads the counts at the start of a run. When the URLs
 are a run of consecutive shards of one index (a brace spec over a directory: the usual case),
@@ -58,7 +60,8 @@ def count_samples(
     storage_options: Mapping[str, Any] | None = None,
     allow_pipe: bool = False,
 ) -> int:
-    """Read one shard and count its samples (consecutive members sharing a key)."""
+    """Count the samples of one shard (consecutive members sharing a key): from its headers when it
+    is a local, uncompressed tar file, else by reading it (see ``TarFormat.count``)."""
     fmt = format if format is not None else TarFormat()
     src = source if source is not None else SchemeRouter(storage_options, allow_pipe)
     return fmt.count(src, url)

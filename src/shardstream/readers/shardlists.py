@@ -260,15 +260,24 @@ class Splitter(Stage):
     Instances are WebDataset's ``split_by_node``, ``split_by_worker`` and ``single_node_only``;
     like those functions they can be called on a shard iterator: ``split_by_worker(src)``.
     Workers without a shard yield nothing; a rank without a shard raises (see the module docstring).
+
+    Args:
+        by: ``"node"``, ``"worker"`` or ``"single"``.
+        refusal: when set, an epoch in a world of several ranks raises a
+            :class:`~shardstream.errors.ConfigurationError` with this message (``{ranks}``
+            replaced by their number) instead of splitting: a split chosen for one rank (the
+            native ``Dataset``'s default) that finds itself under DDP, where whole shards per
+            rank would give the ranks different batch counts.
     """
 
     kind = "shards"
     label = "split"
 
-    def __init__(self, by: str) -> None:
+    def __init__(self, by: str, refusal: str | None = None) -> None:
         if by not in ("node", "worker", "single"):
             raise ValueError(f"by={by!r} must be 'node', 'worker' or 'single'")
         self.by = by
+        self.refusal = refusal
 
     def __call__(self, src: Any, group: Any = None) -> Iterator[Any]:
         upstream = src if isinstance(src, Node) else ListNode(list(src))
@@ -277,6 +286,8 @@ class Splitter(Stage):
 
     def build(self, upstream: Node | None, ctx: RunContext, state: StateDict | None = None) -> Node:
         world = ctx.world
+        if self.refusal is not None and world.world_size > 1:
+            raise ConfigurationError(self.refusal.format(ranks=world.world_size))
         if self.by == "single":
             if world.world_size > 1:
                 raise SplitError(
@@ -300,10 +311,11 @@ class Splitter(Stage):
         return _LazySplitNode(upstream, index, count, state)
 
     def __repr__(self) -> str:
-        return {"node": "split_by_node", "worker": "split_by_worker", "single": "single_node_only"}[self.by]
+        name = {"node": "split_by_node", "worker": "split_by_worker", "single": "single_node_only"}[self.by]
+        return name if self.refusal is None else f"{name} (one rank only)"
 
     def __reduce__(self) -> str | tuple[Any, ...]:
-        return (Splitter, (self.by,))
+        return (Splitter, (self.by, self.refusal))
 
 
 split_by_node = Splitter("node")
@@ -367,9 +379,8 @@ def _warn_uneven(items: Sequence[Any], ctx: RunContext) -> None:
         "split_by_node gives the %d ranks different amounts of data in epoch %d (%s %s, from the "
         "shards' _info.json): under DDP the rank that runs out first waits forever in the next "
         "collective, unless with_epoch(n) caps every rank's epoch. Use split='equal' with batch_size= "
-        "(WebDataset(urls, split='equal', batch_size=b) or Dataset(urls, split=SplitPolicy('equal', "
-        "batch_size=b))) for the same number of batches on every rank, or resampled=True with "
-        ".with_epoch(n) (and .with_length(n) on the loader).",
+        "(WebDataset(urls, split='equal', batch_size=b), or Dataset(urls) without split=) for the "
+        "same number of batches on every rank, or resampled=True with .with_epoch(n).",
         ranks,
         ctx.epoch,
         ", ".join(f"rank {r}: {n}" for r, n in enumerate(per_rank)),

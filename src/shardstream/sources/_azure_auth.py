@@ -28,7 +28,7 @@ from typing import Any, Protocol
 from urllib.parse import parse_qsl, quote
 
 from ..config import StoreEnv
-from ..errors import AccessDeniedError, ConfigurationError
+from ..errors import AccessDeniedError, ConfigurationError, redact_url
 from ..forks import ForkSafeLock
 
 __all__ = [
@@ -231,12 +231,20 @@ class Bearer:
                 try:
                     got = self._credential.get_token(SCOPE)
                 except Exception as exc:  # azure.core ClientAuthenticationError and the like
+                    # The chain (azure-identity's list of every credential it tried, a traceback
+                    # each) is left out: its first line is the cause; the fix is below.
+                    said = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
                     raise AccessDeniedError(
-                        f"no Entra ID token for Azure Storage from {type(self._credential).__name__}: "
-                        f"{type(exc).__name__}. Sign in (`az login`, a managed identity, AZURE_CLIENT_ID/"
-                        "AZURE_TENANT_ID/AZURE_CLIENT_SECRET), or pass account_key=, sas_token= or "
-                        "connection_string= in storage_options",
-                    ) from exc
+                        f"no Entra ID token for Azure Storage from {type(self._credential).__name__} "
+                        f"({type(exc).__name__}{': ' + redact_url(said) if said else ''}). Pass "
+                        "credentials in storage_options: account_key= (with account_name=), "
+                        "sas_token= or connection_string=, or anon=True for a public container (on "
+                        "the command line: --storage-option account_key=...). Or set "
+                        "AZURE_STORAGE_CONNECTION_STRING, AZURE_STORAGE_ACCOUNT_NAME and "
+                        "AZURE_STORAGE_ACCOUNT_KEY, or AZURE_STORAGE_SAS_TOKEN; or sign in for Entra "
+                        "ID (`az login`, a managed identity, AZURE_CLIENT_ID/AZURE_TENANT_ID/"
+                        "AZURE_CLIENT_SECRET)",
+                    ) from None
                 self._token, self._expires = str(got.token), float(got.expires_on)
             return self._token
 

@@ -21,7 +21,10 @@ status, :meth:`EpollSource.answer_error`):
   or a status the source calls transient (a ``TransientSourceError``, e.g. GCS's 401 to a
   bearer token that ``get_into`` refreshes): ``RETRY`` (the caller retries through ``get_into``,
   which handles every case);
-- any other status (403, 404, a redirect): ``FAILED``, with the same error ``get_into`` raises.
+- any other status (403, 404, a redirect): ``FAILED``, with the same error ``get_into`` raises;
+  so is an answer larger than the request may take (:func:`expect`: the range's length, the
+  object's size, else ``max_body``), refused before it is allocated: asked again, the server
+  would say the same.
 
 The loop is borrowed from the pool on first use and parked there again by :meth:`EpollGets.pause`,
 with its connections still registered, so a map-style dataset's next batch starts without
@@ -33,14 +36,22 @@ from __future__ import annotations
 import time
 from typing import Protocol
 
-from ..errors import SourceError, TransientSourceError, redact_url
+from ..errors import ResponseTooLargeError, SourceError, TransientSourceError, redact_url
 from ..net.idle import Key
 from ..net.multiplex import Answer, Multiplexer, borrow
-from ..net.whole import WholeBodyPool
+from ..net.whole import Expect, WholeBodyPool
 from ._status import THROTTLE_STATUSES, TRANSIENT_STATUSES
 from .many import FAILED, OK, RETRY, THROTTLED, Outcome
 
-__all__ = ["EpollGets", "EpollSource", "content_range", "header_value", "outcome_of", "settle_range"]
+__all__ = [
+    "EpollGets",
+    "EpollSource",
+    "content_range",
+    "expect",
+    "header_value",
+    "outcome_of",
+    "settle_range",
+]
 
 
 class EpollSource(Protocol):
@@ -77,7 +88,9 @@ class EpollGets:
     def closed(self) -> bool:
         return self._closed
 
-    def submit(self, token: object, url: str, offset: int = 0, length: int | None = None) -> Outcome | None:
+    def submit(
+        self, token: object, url: str, offset: int = 0, length: int | None = None, size: int | None = None
+    ) -> Outcome | None:
         multi = self._multi
         if multi is None:  # the loop parked by the last session, with its connections
             multi = self._multi = borrow(self._source.whole)
@@ -86,7 +99,8 @@ class EpollGets:
         except SourceError as exc:  # (a bad key or credentials, already translated)
             kind = RETRY if isinstance(exc, TransientSourceError) else FAILED
             return Outcome(token, kind, b"", exc, time.monotonic())
-        failed = multi.submit((token, url, offset, length), address, request)
+        bound = expect(offset, None if length is None else offset + length, size)
+        failed = multi.submit((token, url, offset, length), address, request, bound)
         if failed is None:
             return None
         return outcome_of(failed, self._source)
@@ -154,6 +168,20 @@ def range_outcome(answer: Answer, source: EpollSource) -> Outcome:
     return Outcome(token, OK, body if len(body) == want else body[:want], None, answer.sent)
 
 
+def expect(at: int, end: int | None, size: int | None) -> Expect | None:
+    """The body sizes a GET of bytes ``[at, end)`` (``end=None``: to the object's end) of an object
+    of ``size`` bytes (``None``: unknown) may take (:class:`~shardstream.net.whole.Expect`), or
+    ``None`` when nothing is known (the pool's ``max_body`` bounds it). An empty range asks for one
+    byte (:func:`~._resume.range_header`), so a 206 may carry one."""
+    if end is None and size is None:
+        return None
+    if end is not None:
+        part: int | None = max(end - at, 1)
+    else:
+        part = None if size is None else max(size - at, 1)
+    return Expect(whole=size, part=part)
+
+
 def content_range(value: str | None) -> tuple[int, int, int | None] | None:
     """``(first, last, total)`` of a ``Content-Range: bytes first-last/total`` value (``total``
     is ``None`` for ``*``), or ``None`` when there is none to read."""
@@ -208,7 +236,10 @@ def outcome_of(answer: Answer, source: EpollSource) -> Outcome:
     if answer.error is not None and (
         status < 300 or status in THROTTLE_STATUSES or status in TRANSIENT_STATUSES or status >= 500
     ):
-        return Outcome(token, RETRY, b"", source.translate(answer.error, url), answer.sent)
+        error = source.translate(answer.error, url)
+        if isinstance(error, ResponseTooLargeError):  # refused as the blocking client would
+            return Outcome(token, FAILED, b"", error, answer.sent)
+        return Outcome(token, RETRY, b"", error, answer.sent)
     error = source.answer_error(status, answer.head, answer.body, url)
     if status in THROTTLE_STATUSES:
         kind = THROTTLED

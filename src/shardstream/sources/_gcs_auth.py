@@ -40,6 +40,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ..config import DEFAULT_MAX_BODY
 from ..errors import AccessDeniedError, ConfigurationError, TransientSourceError, redact_url
 from ..forks import ForkSafeLock
 from ..net.pool import ConnectionPool
@@ -89,7 +90,7 @@ def _transport(pool: ConnectionPool) -> Any:
             try:
                 body_stream = pool.request(method, url, headers=dict(headers or {}), body=body)
                 resp = body_stream.response
-                data = resp.read()
+                data = body_stream.read_all(DEFAULT_MAX_BODY)  # (a token: a few hundred bytes)
                 body_stream.finish()
             except Exception as exc:  # google-auth expects TransportError for network faults
                 raise exceptions.TransportError(redact_url(f"{type(exc).__name__}: {exc}")) from exc
@@ -362,10 +363,11 @@ class GCSAuth:
             credentials, _ = auth.default(scopes=[SCOPE], quota_project_id=self._project)
         except exceptions.DefaultCredentialsError as exc:
             raise AccessDeniedError(
-                f"no Google Cloud credentials were found for gs:// ({redact_url(exc)}). Run `gcloud auth "
-                "application-default login`, set GOOGLE_APPLICATION_CREDENTIALS to a service account "
-                "key file, pass storage_options={'token': '/path/to/key.json'} (or the key's JSON "
-                "text), or 'anon' for a public bucket"
+                f"no Google Cloud credentials were found for gs:// ({redact_url(exc)}). Pass "
+                "storage_options={'token': KEY} with KEY the path of a service account key file or "
+                "its JSON text (on the command line: --storage-option token=/path/to/key.json), or "
+                "{'token': 'anon'} for a public bucket, set GOOGLE_APPLICATION_CREDENTIALS to a key file "
+                "(STORAGE_EMULATOR_HOST for an emulator), or run `gcloud auth application-default login`"
             ) from None
         service_account = require("google.oauth2.service_account", purpose="gs:// keys", install=_INSTALL)
         if isinstance(credentials, service_account.Credentials):

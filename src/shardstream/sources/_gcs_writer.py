@@ -59,17 +59,19 @@ class UploadTarget(Protocol):
 
     def translate(self, exc: BaseException, url: str) -> SourceError: ...
 
+    def body_limit(self) -> int: ...
+
 
 class _Answer:
     """Status, headers and body of one finished response."""
 
-    def __init__(self, body: PooledBody) -> None:
+    def __init__(self, body: PooledBody, limit: int) -> None:
         resp = body.response
         self.status = resp.status
         self.location = resp.getheader("Location")
         self.range = resp.getheader("Range")
         try:
-            self.data = resp.read()
+            self.data = body.read_all(limit)
         finally:
             body.close()
 
@@ -133,7 +135,7 @@ class GCSWriter(PartedWriter):
     def _call(self, method: str, target: str, headers: dict[str, str], body: bytes) -> _Answer:
         """One request; network errors and transient statuses become TransientSourceError."""
         try:
-            answer = _Answer(self._source.request(method, target, headers, body))
+            answer = _Answer(self._source.request(method, target, headers, body), self._source.body_limit())
         except SourceError:
             raise
         except Exception as exc:

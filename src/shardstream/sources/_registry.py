@@ -25,7 +25,7 @@ from typing import Any, BinaryIO
 
 from ..errors import ConfigurationError, UnsafeOperationError, redact_url
 from ..forks import ForkSafeLock
-from .base import ObjectInfo, Source, SourceBase, WritableSource
+from .base import ObjectInfo, Source, SourceBase, WritableSource, local_path_of, read_bounded, with_defaults
 
 __all__ = [
     "check_pipe",
@@ -35,6 +35,7 @@ __all__ = [
     "get_source",
     "open_url",
     "options_for",
+    "read_url",
     "register_source",
     "registered_schemes",
     "scheme_of",
@@ -289,6 +290,31 @@ def open_url(
     if length is None:  # sources registered by users may predate ranged reads
         return source.open(url, offset=offset)
     return source.open(url, offset=offset, length=length)
+
+
+def read_url(
+    url: str,
+    *,
+    offset: int = 0,
+    length: int | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+) -> bytes:
+    """Bytes ``[offset, offset + length)`` of ``url`` (to its end when ``length`` is ``None``) in
+    memory, read through :func:`open_url` (so with its retries and resume) and bounded: by
+    ``length``, or to the end by the source's ``max_body`` (``SHARDSTREAM_MAX_BODY``). A body
+    past the bound raises ResponseTooLargeError (no more than the bound is ever held). For
+    manifests, indexes and sidecars, whose size nothing tells in advance; a local file is read
+    whole (its size is its own)."""
+    source = get_source(url, storage_options)
+    sink = bytearray()
+    with open_url(url, offset=offset, length=length, storage_options=storage_options) as stream:
+        if local_path_of(stream) is not None:
+            return bytes(stream.read())
+        if length is not None:
+            read_bounded(stream, sink, url, length, expected=True)
+        else:
+            read_bounded(stream, sink, url, with_defaults(source).body_limit(), expected=False)
+    return bytes(sink)
 
 
 def stat_url(url: str, *, storage_options: Mapping[str, Any] | None = None) -> ObjectInfo:

@@ -5,7 +5,7 @@ Two entry points, both used by :class:`~shardstream.sources.s3.S3Source`:
 * :func:`s3_error` for an S3 error *response* (HTTP status plus the ``<Code>`` of the XML body,
   read by :func:`error_code`); codes not in :data:`_CODES` fall back to the HTTP status.
 * :func:`translate` for an *exception* (botocore, socket or ``http.client``), raised ``from`` the
-  original by the caller.
+  original by the caller (``from cause(exc)``, where a missing credential's chain says nothing more).
 
 botocore is imported only inside :func:`translate`, so importing this module stays SDK-free.
 """
@@ -25,7 +25,7 @@ from ..net.pool import PooledBody
 from ._resume import ObjectChangedError
 from ._status import network_error, status_error
 
-__all__ = ["code_in", "error_code", "s3_error", "translate"]
+__all__ = ["cause", "code_in", "error_code", "s3_error", "translate"]
 
 _CODE = re.compile(rb"<Code>([^<]{1,64})</Code>")
 
@@ -139,6 +139,15 @@ def code_in(data: bytes) -> str | None:
     return match.group(1).decode("ascii", "replace") if match else None
 
 
+def cause(exc: BaseException) -> BaseException | None:
+    """What to chain :func:`translate`'s error to (``raise translate(exc, ...) from cause(exc)``):
+    ``exc``, except for missing credentials, whose botocore traceback (two of them: the lookup is
+    retried once) adds nothing to the message, which quotes botocore's words and names the fix."""
+    from botocore import exceptions as bx
+
+    return None if isinstance(exc, bx.NoCredentialsError | bx.PartialCredentialsError) else exc
+
+
 def translate(exc: BaseException, url: str, action: str = "open", *, endpoint: str) -> SourceError:
     """Map a botocore, socket or ``http.client`` exception to a shardstream error."""
     if isinstance(exc, SourceError):
@@ -150,10 +159,14 @@ def translate(exc: BaseException, url: str, action: str = "open", *, endpoint: s
         status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
         return s3_error(status, err.get("Code"), url, action=action, endpoint=endpoint)
     if isinstance(exc, bx.NoCredentialsError | bx.PartialCredentialsError):
+        where = f" at endpoint {redact_url(endpoint)}" if endpoint else ""
         return AccessDeniedError(
-            f"cannot {action} {redact_url(url)}: no AWS credentials found. Set AWS_ACCESS_KEY_ID and "
-            "AWS_SECRET_ACCESS_KEY or AWS_PROFILE, pass them in storage_options, or pass "
-            "anon=True for a public bucket.",
+            f"cannot {action} {redact_url(url)}{where}: no AWS credentials found (botocore: "
+            f"{redact_url(exc)}). Pass them in storage_options: key= and secret= (and token= for "
+            "temporary ones), or profile= (a profile of ~/.aws/config), or anon=True for a public "
+            "bucket; endpoint_url= names an S3 server other than AWS (on the command line: "
+            "--storage-option key=... --storage-option secret=...). Or set AWS_ACCESS_KEY_ID and "
+            "AWS_SECRET_ACCESS_KEY, or AWS_PROFILE.",
             url=url,
         )
     if isinstance(exc, bx.EndpointConnectionError):

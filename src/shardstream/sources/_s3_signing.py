@@ -18,6 +18,7 @@ from ..errors import ConfigurationError, SourceError, redact_url
 from ..forks import ForkSafeLock
 from ..net.idle import Key as Address
 from ._retry import RetryPolicy
+from ._s3_errors import cause
 from ._s3_errors import translate as _translate
 from ._sigv4 import Credentials, SigV4Signer, uri_encode
 
@@ -177,7 +178,7 @@ class S3Addressing:
         except SourceError:
             raise
         except Exception as exc:
-            raise self.translate(exc, url) from exc
+            raise self.translate(exc, url) from cause(exc)
 
     def _presign(self, method: str, url: str, *, shown: str | None = None) -> str:
         bucket, key = parse_s3_url(url)
@@ -192,7 +193,7 @@ class S3Addressing:
                 self._refresh_credentials(client)
                 signed = self.client.generate_presigned_url(method, Params=params, ExpiresIn=3600)
         except Exception as exc:
-            raise self.translate(exc, shown or url) from exc
+            raise self.translate(exc, shown or url) from cause(exc)
         return signed
 
     def get_request(self, url: str, offset: int = 0, length: int | None = None) -> tuple[Address, bytes]:
@@ -212,7 +213,7 @@ class S3Addressing:
         except SourceError:
             raise
         except Exception as exc:
-            raise self.translate(exc, url) from exc
+            raise self.translate(exc, url) from cause(exc)
         if offset or length is not None:  # (an empty range asks for one byte, cut by the caller)
             last = offset if length is None or length < 1 else offset + length - 1
             lines += f"Range: bytes={offset}-{'' if length is None else last}\r\n"

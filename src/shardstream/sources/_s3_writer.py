@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from ..errors import SourceError
+from ._s3_errors import cause
 from .base import PartedWriter
 
 __all__ = ["S3Writer", "UploadTarget"]
@@ -57,7 +58,7 @@ class S3Writer(PartedWriter):
         try:
             return getattr(self._source.client, name)(Bucket=self._bucket, Key=self._key, **kwargs)
         except Exception as exc:
-            raise self._source.translate(exc, self.url, action="write") from exc
+            raise self._source.translate(exc, self.url, action="write") from cause(exc)
 
     def _upload_part(self, data: _Bytes) -> None:
         if self._upload_id is None:

@@ -14,14 +14,23 @@ import ssl
 from ..errors import (
     AccessDeniedError,
     ObjectChangedError,
+    ResponseTooLargeError,
     ShardNotFoundError,
     SourceError,
     TransientSourceError,
     redact_url,
 )
 from ..net.proxy import ProxyError
+from ..net.whole import BodyTooLarge
 
-__all__ = ["THROTTLE_STATUSES", "TRANSIENT_STATUSES", "is_throttle", "network_error", "status_error"]
+__all__ = [
+    "THROTTLE_STATUSES",
+    "TRANSIENT_STATUSES",
+    "is_throttle",
+    "network_error",
+    "status_error",
+    "too_large",
+]
 
 #: Statuses worth retrying: timeouts, throttling and server-side failures.
 TRANSIENT_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504, 509, 598, 599})
@@ -73,6 +82,33 @@ def status_error(
     return cls(f"{what}. {fix or default_fix}.", url=url, status=status)
 
 
+def too_large(
+    url: str, size: int, limit: int, *, announced: bool, expected: bool, where: str = ""
+) -> ResponseTooLargeError:
+    """The error for a body of ``size`` bytes (``announced`` by the server: ``Content-Length`` or
+    chunk sizes; else bytes received) where ``limit`` was the most the read takes (``expected``:
+    the caller's size or range length, else ``max_body``); ``where`` adds to the URL (an endpoint)."""
+    if expected:
+        bound = f"the {limit:,} bytes expected (the object's listed size, or the range's length)"
+        fix = (
+            "The object changed since it was listed, or the server sends something else: list it "
+            "again (rebuild the manifest or index) and check the URL"
+        )
+    else:
+        bound = f"max_body ({limit:,} bytes, the most a whole read of unknown size takes)"
+        fix = (
+            "If the object really is that large, raise max_body= in storage_options or "
+            "SHARDSTREAM_MAX_BODY, or read it as a stream; otherwise the server misreports the body"
+        )
+    if announced:
+        what = f"the server announces {size:,} bytes of body, more than {bound}; nothing was allocated for it"
+    else:
+        what = f"the server sent more than {bound}"
+    return ResponseTooLargeError(
+        f"cannot read {redact_url(url)}{where}: {what}. {fix}.", url=url, size=size, limit=limit
+    )
+
+
 def network_error(exc: BaseException, url: str, *, endpoint: str = "") -> SourceError:
     """The shardstream error for a socket, TLS or ``http.client`` exception."""
     url = redact_url(url)
@@ -83,6 +119,10 @@ def network_error(exc: BaseException, url: str, *, endpoint: str = "") -> Source
         kind = TransientSourceError if exc.transient else SourceError
         text = redact_url(str(exc)) + ("; it is retried" if exc.transient else "")
         return kind(f"cannot open {url}{where}: {text}", url=url)
+    if isinstance(exc, BodyTooLarge):  # not retried: the same request gets the same answer
+        return too_large(
+            url, exc.size, exc.limit, announced=exc.announced, expected=exc.expected, where=where
+        )
     if isinstance(exc, ssl.SSLCertVerificationError):
         return SourceError(
             f"cannot open {url}{where}: TLS certificate verification failed "

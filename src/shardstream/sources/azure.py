@@ -32,6 +32,7 @@ from urllib.parse import quote, urlsplit
 
 from ..config import UNSET, store_env
 from ..errors import (
+    AccessDeniedError,
     ConfigurationError,
     SourceError,
     redact_url,
@@ -51,7 +52,7 @@ from ._azure_auth import (
 )
 from ._azure_errors import azure_error, code_in, list_page, parse_azure_url
 from ._azure_writer import AzureWriter
-from ._epoll_gets import EpollGets, header_value, settle_range
+from ._epoll_gets import EpollGets, expect, header_value, settle_range
 from ._resume import Opened, ResumableReader, range_header
 from ._retry import RetryPolicy
 from ._status import network_error
@@ -109,6 +110,9 @@ class AzureSource(SourceBase):
             bundle path, or ``False``. ``HTTPS_PROXY``/``HTTP_PROXY``/``NO_PROXY`` are honoured.
         retries, retry_deadline: the retry budget (defaults ``SHARDSTREAM_RETRIES`` and
             ``SHARDSTREAM_RETRY_DEADLINE``).
+        max_body: the most bytes a whole read of an object of unknown size takes (``get_into``, a
+            manifest, an index; bytes or a size such as ``"4G"``; default ``SHARDSTREAM_MAX_BODY``,
+            1 GiB); past it, ResponseTooLargeError.
         block_size: bytes per uploaded block when writing (default 8 MiB; a blob holds at most
             50,000 blocks, so up to about 390 GiB at the default).
         maxresults: blobs per List Blobs page (default 5000, the service's maximum).
@@ -141,6 +145,7 @@ class AzureSource(SourceBase):
         verify: bool | str = True,
         retries: int | object = UNSET,
         retry_deadline: float | object = UNSET,
+        max_body: int | str | object = UNSET,
         block_size: int = 8 << 20,
         maxresults: int = 5000,
     ) -> None:
@@ -171,7 +176,9 @@ class AzureSource(SourceBase):
             connect_timeout=connect_timeout,
             response_timeout=response_timeout,
             read_timeout=read_timeout,
+            max_body=max_body,
         )
+        self.max_body = net.max_body
         self.pool = net.pool()
         # Whole small objects and byte ranges (get_into, get_many) take a leaner client.
         self.whole = net.whole()
@@ -226,9 +233,23 @@ class AzureSource(SourceBase):
         sent = {"x-ms-version": API_VERSION, **headers}
         if body is not None:
             sent["Content-Length"] = str(len(body))
-        query_string = self.credential.authorize(method, path, query, sent)
+        query_string = self._authorize(url, method, path, query, sent)
         target = f"{origin}{path}" + (f"?{query_string}" if query_string else "")
         return account, self.pool.request(method, target, headers=sent, body=body)
+
+    def _authorize(
+        self, url: str, method: str, path: str, query: Sequence[tuple[str, str]], headers: dict[str, str]
+    ) -> str:
+        """The credential's ``authorize`` for a request about ``url``; no token (Entra ID) is an
+        AccessDeniedError naming ``url``, without the chain (the message has its cause)."""
+        try:
+            return self.credential.authorize(method, path, query, headers)
+        except AccessDeniedError as exc:
+            raise AccessDeniedError(f"{redact_url(url)}: {exc}", url=url) from None
+        except SourceError:
+            raise
+        except Exception as exc:  # (azure-identity's own errors: a token that could not be had)
+            raise self.translate(exc, url) from exc
 
     def exchange(
         self,
@@ -249,7 +270,7 @@ class AzureSource(SourceBase):
                 method, url, headers or {}, query=query, body=body, container=container
             )
             resp = pooled.response
-            content = resp.read()
+            content = pooled.read_all(self.body_limit())
             pooled.finish()
         except SourceError:
             raise
@@ -330,12 +351,7 @@ class AzureSource(SourceBase):
             headers["x-ms-range"] = f"bytes={offset}-{'' if length is None else last}"
         if etag:
             headers["If-Match"] = etag
-        try:
-            query = self.credential.authorize("GET", path, (), headers)
-        except SourceError:
-            raise
-        except Exception as exc:  # (azure-identity's own errors: a token that could not be had)
-            raise self.translate(exc, url) from exc
+        query = self._authorize(url, "GET", path, (), headers)
         parts = urlsplit(origin)
         headers["Host"] = parts.netloc
         scheme = parts.scheme.lower()
@@ -357,11 +373,14 @@ class AzureSource(SourceBase):
         etag: str | None = None,
         offset: int = 0,
         length: int | None = None,
+        size: int | None = None,
     ) -> str | None:
         """One Get Blob of bytes ``[offset, offset + length)`` of ``url`` on the whole-body
         client, appended to ``sink`` after the bytes of the range already there (a resume, pinned
         by ``If-Match: etag``). Returns the blob's ETag. No retries (the object fetcher retries,
-        lowering its requests in flight when throttled)."""
+        lowering its requests in flight when throttled). Bounded by the range's length or ``size``
+        (the blob's, when the caller knows it), else by ``max_body``: past it,
+        ResponseTooLargeError."""
         start = len(sink)
         at = offset + start
         end = None if length is None else offset + length
@@ -370,7 +389,7 @@ class AzureSource(SourceBase):
         ranged = bool(at) or end is not None
         key, request = self.get_request(url, at, None if end is None else end - at, etag=etag)
         try:
-            resp = self.whole.send(key, request, sink)
+            resp = self.whole.send(key, request, sink, expect=expect(at, end, size))
         except SourceError:
             raise
         except Exception as exc:

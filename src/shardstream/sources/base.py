@@ -8,9 +8,10 @@
   a round trip declares ``opens_ahead = True`` (``s3://``, ``gs://``, ``az://``, ``hf://``,
   ``http(s)://``) and the open runs on a thread; otherwise ``None``: not worth it.
 - ``size(url)``: the object's length (default: from ``stat``).
-- ``get_into(url, sink, offset=, length=)``: a whole object or a byte range appended to a buffer
-  (default: from the ranged ``open``); the class attribute ``retries_in_get_into`` says whether
-  it retries on its own.
+- ``get_into(url, sink, offset=, length=, size=)``: a whole object or a byte range appended to a
+  buffer (default: from the ranged ``open``); the class attribute ``retries_in_get_into`` says
+  whether it retries on its own. Bounded by what the caller expects (the range's length, the
+  object's ``size``) or, where it expects nothing, by ``max_body`` (:func:`read_bounded`).
 - ``get_many(window=)``: many whole objects or byte ranges in flight for one consumer, with
   typed outcomes (:mod:`.many`; default: ``get_into`` on threads; S3: one thread on ``epoll``).
 - ``list_objects(prefix)``: every object under a prefix, recursively (``can_list`` says whether a
@@ -33,7 +34,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, BinaryIO, ClassVar, Protocol, runtime_checkable
 
+from ..config import read_settings
 from ..errors import ConfigurationError, redact_url
+from ._status import too_large
 from .many import ManyGets, ThreadedGets
 
 if TYPE_CHECKING:
@@ -47,6 +50,7 @@ __all__ = [
     "WritableSource",
     "check_range",
     "local_path_of",
+    "read_bounded",
     "with_defaults",
 ]
 
@@ -131,6 +135,14 @@ class SourceBase:
     can_list: ClassVar[bool] = False
     #: Whether an open waits for a round trip, so that :meth:`open_ahead` starts it on a thread.
     opens_ahead: ClassVar[bool] = False
+    #: The most bytes a whole read of an object of unknown size takes (``get_into``, a manifest,
+    #: an index). ``None``: the ``SHARDSTREAM_MAX_BODY`` setting, read at each use; the network
+    #: sources set it from their ``max_body=`` option.
+    max_body: int | None = None
+
+    def body_limit(self) -> int:
+        """:attr:`max_body`, or the ``SHARDSTREAM_MAX_BODY`` setting when it is ``None``."""
+        return self.max_body if self.max_body is not None else read_settings().max_body
 
     def open(self, url: str, *, offset: int = 0, length: int | None = None) -> BinaryIO:
         """Open bytes ``[offset, offset + length)`` of ``url`` (see :class:`Source`)."""
@@ -165,17 +177,29 @@ class SourceBase:
         etag: str | None = None,
         offset: int = 0,
         length: int | None = None,
+        size: int | None = None,
     ) -> str | None:
         """Append bytes ``[offset, offset + length)`` of ``url`` (the whole object by default; to
         its end when ``length`` is ``None``) to ``sink``, after the bytes of that range already
         there (a resume starts at ``offset + len(sink)``); fewer only where the object ends
-        first. Returns the object's version tag when known. Raises a SourceError naming ``url``."""
+        first. Returns the object's version tag when known. Raises a SourceError naming ``url``.
+
+        ``size``: the object's size when the caller knows it (a manifest's): an object that turns
+        out larger raises ResponseTooLargeError. Without it (and without ``length``), the read is
+        bounded by :meth:`body_limit`; a local file is read whole (its size is its own)."""
         have = len(sink)
         if length is not None and have and have >= length:
             return etag
         rest = None if length is None else length - have
         with self.open(url, offset=offset + have, length=rest) as stream:
-            sink += stream.read()
+            if local_path_of(stream) is not None:
+                sink += stream.read()
+            elif rest is not None:
+                read_bounded(stream, sink, url, rest, expected=True)
+            elif size is not None:
+                read_bounded(stream, sink, url, max(0, size - offset - have), expected=True)
+            else:
+                read_bounded(stream, sink, url, max(0, self.body_limit() - have), expected=False)
         return etag
 
     def get_many(self, *, window: int) -> ManyGets:
@@ -325,6 +349,29 @@ def check_range(url: str, offset: int, length: int | None) -> int | None:
             "(length=None reads to the end of the object)"
         )
     return None if length is None else offset + length
+
+
+#: The first read of :func:`read_bounded`; each later one doubles, up to :data:`_LAST_READ`.
+_FIRST_READ = 1 << 16
+_LAST_READ = 1 << 24
+
+
+def read_bounded(stream: BinaryIO, sink: bytearray, url: str, limit: int, *, expected: bool) -> None:
+    """Append what is left of ``stream`` to ``sink``, at most ``limit`` bytes: a stream with more
+    raises ResponseTooLargeError (``expected``: ``limit`` is the size the caller expects, else
+    ``max_body``). Reads grow from 64 KiB, so a small object costs no large buffer, and no more
+    than ``limit`` bytes are ever appended."""
+    got = 0
+    want = _FIRST_READ
+    while True:
+        data = stream.read(min(want, limit + 1 - got))
+        if not data:
+            return
+        got += len(data)
+        if got > limit:
+            raise too_large(url, got, limit, announced=False, expected=expected)
+        sink += data
+        want = min(want * 2, _LAST_READ)
 
 
 def local_path_of(stream: object) -> str | None:

@@ -30,7 +30,7 @@ from ..errors import ConfigurationError, ObjectChangedError, SourceError, Transi
 from ..net.idle import Key
 from ..net.multiplex import AVAILABLE as MULTIPLEX_AVAILABLE
 from ..net.pool import PooledBody
-from ._epoll_gets import EpollGets, settle_range
+from ._epoll_gets import EpollGets, expect, settle_range
 from ._gcs_auth import GCSAuth
 from ._gcs_errors import error_detail, gcs_error
 from ._gcs_writer import GCSWriter
@@ -85,6 +85,9 @@ class GCSSource(SourceBase):
         first_byte_deadline: seconds a stream may take to its first byte, retries included (60).
         retries, retry_deadline: the retry budget (defaults from ``SHARDSTREAM_RETRIES`` and
             ``SHARDSTREAM_RETRY_DEADLINE``).
+        max_body: the most bytes a whole read of an object of unknown size takes (``get_into``, a
+            manifest, an index; bytes or a size such as ``"4G"``; default ``SHARDSTREAM_MAX_BODY``,
+            1 GiB); past it, ResponseTooLargeError.
         chunk_size: resumable upload chunk in bytes, a multiple of 256 KiB (default 16 MiB);
             smaller objects are sent in one request at ``close()``.
         max_results: objects per listing page (default 1000, GCS's maximum).
@@ -115,6 +118,7 @@ class GCSSource(SourceBase):
         first_byte_deadline: float = 60.0,
         retries: int | object = UNSET,
         retry_deadline: float | object = UNSET,
+        max_body: int | str | object = UNSET,
         chunk_size: int = 16 << 20,
         max_results: int = 1000,
     ) -> None:
@@ -147,7 +151,9 @@ class GCSSource(SourceBase):
             connect_timeout=connect_timeout,
             response_timeout=response_timeout,
             read_timeout=read_timeout,
+            max_body=max_body,
         )
+        self.max_body = net.max_body
         self.pool = net.pool()
         # Whole small objects (get_into, get_many) take a leaner client than streamed ones.
         self.whole = net.whole()
@@ -266,12 +272,14 @@ class GCSSource(SourceBase):
         etag: str | None = None,
         offset: int = 0,
         length: int | None = None,
+        size: int | None = None,
     ) -> str | None:
         """One GET of bytes ``[offset, offset + length)`` of ``url`` on the whole-body client,
         appended to ``sink`` after the bytes of the range already there (a resume); ``etag`` (a
         generation) pins the version. Returns the object's generation. No retries (the object
         fetcher retries, lowering its requests in flight when throttled); a 401 refreshes the
-        token once."""
+        token once. Bounded by the range's length or ``size`` (the object's, when the caller knows
+        it), else by ``max_body``: past it, ResponseTooLargeError."""
         bucket, key = parse_gs_url(url)
         start = len(sink)
         at = offset + start
@@ -285,11 +293,12 @@ class GCSSource(SourceBase):
         byte_range = range_header(at, end) if (at or end is not None) else None
         if byte_range is not None:
             headers["Range"] = byte_range
+        bound = expect(at, end, size)
         self.auth.resolve()
         for attempt in range(2):
             auth = self.auth.headers()
             try:
-                resp = self.whole.get(self._origin, target, {**headers, **auth}, sink)
+                resp = self.whole.get(self._origin, target, {**headers, **auth}, sink, expect=bound)
             except SourceError:
                 raise
             except Exception as exc:
@@ -370,7 +379,7 @@ class GCSSource(SourceBase):
             status = body.response.status
             if status >= 300:
                 raise self.error(status, url, error_detail(body), action=action)
-            data = body.response.read()
+            data = body.read_all(self.body_limit())
             body.finish()
         except SourceError:
             raise

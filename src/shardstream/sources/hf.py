@@ -108,6 +108,9 @@ class HFSource(SourceBase):
             bundle path, or ``False``. ``HTTPS_PROXY``/``HTTP_PROXY``/``NO_PROXY`` are honoured.
         retries, retry_deadline: the retry budget (defaults ``SHARDSTREAM_RETRIES``,
             ``SHARDSTREAM_RETRY_DEADLINE``).
+        max_body: the most bytes a whole read of an object of unknown size takes (``get_into``, a
+            manifest, an index; bytes or a size such as ``"4G"``; default ``SHARDSTREAM_MAX_BODY``,
+            1 GiB); past it, ResponseTooLargeError.
         max_redirects: redirects followed per request, the one to the CDN included (default 10).
         url_ttl: seconds a resolved CDN URL is reused when it carries no expiry (default 300).
     """
@@ -130,6 +133,7 @@ class HFSource(SourceBase):
         verify: bool | str = True,
         retries: int | object = UNSET,
         retry_deadline: float | object = UNSET,
+        max_body: int | str | object = UNSET,
         max_redirects: int = 10,
         url_ttl: float = 300.0,
     ) -> None:
@@ -153,7 +157,9 @@ class HFSource(SourceBase):
             connect_timeout=connect_timeout,
             response_timeout=response_timeout,
             read_timeout=read_timeout,
+            max_body=max_body,
         )
+        self.max_body = net.max_body
         self.pool = net.pool()
         self._resolved: collections.OrderedDict[HFPath, _Resolved] = collections.OrderedDict()
         self._lock = ForkSafeLock()
@@ -386,7 +392,7 @@ class HFSource(SourceBase):
         if resp.status >= 300:
             raise self._hub_error(prefix, where, body, "list")
         try:
-            data = json.loads(resp.read())
+            data = json.loads(body.read_all(self.body_limit()))
         finally:
             body.finish()
         if not isinstance(data, list):

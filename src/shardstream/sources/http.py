@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, BinaryIO, cast
 
-from ..config import UNSET, network_env
+from ..config import UNSET, check_max_body, network_env, read_settings
 from ..errors import ConfigurationError, SourceError, redact_url
 from ..net.pool import ConnectionPool, PooledBody
 from ..net.proxy import Proxies
@@ -76,12 +76,15 @@ class Network:
         context: the TLS context.
         proxies: the proxies from the environment, or ``None``.
         timeouts: ``connect_timeout``, ``response_timeout`` and ``read_timeout`` in seconds.
+        max_body: the most bytes a whole-body read of unknown size takes (``max_body=``, else
+            ``SHARDSTREAM_MAX_BODY``).
     """
 
     verify: bool | str
     context: ssl.SSLContext
     proxies: Proxies | None
     timeouts: tuple[float, float, float]
+    max_body: int
 
     def _options(self) -> dict[str, Any]:
         connect, response, read = self.timeouts
@@ -98,8 +101,9 @@ class Network:
         return ConnectionPool(**self._options())
 
     def whole(self) -> WholeBodyPool:
-        """A pool for whole small bodies (:mod:`shardstream.net.whole`)."""
-        return WholeBodyPool(**self._options())
+        """A pool for whole small bodies (:mod:`shardstream.net.whole`), bounded by ``max_body``
+        where a request expects no size."""
+        return WholeBodyPool(**self._options(), max_body=self.max_body)
 
 
 def network(
@@ -109,9 +113,10 @@ def network(
     connect_timeout: float = 10.0,
     response_timeout: float = 20.0,
     read_timeout: float = 60.0,
+    max_body: int | str | object = UNSET,
 ) -> Network:
     """The TLS trust and the proxies of a source, as curl and botocore choose them, with its
-    timeouts: what its connection pools are built from (:class:`Network`).
+    timeouts and its ``max_body``: what its connection pools are built from (:class:`Network`).
 
     An explicit ``verify`` (a path, or ``False``) wins; ``verify=True`` takes ``AWS_CA_BUNDLE``
     (S3 only, ``aws=True``), else ``REQUESTS_CA_BUNDLE``/``CURL_CA_BUNDLE``, else the system's trust
@@ -135,6 +140,7 @@ def network(
         ssl_context(verify),
         proxies if proxies else None,
         (connect_timeout, response_timeout, read_timeout),
+        read_settings().max_body if max_body is UNSET else check_max_body(max_body),
     )
 
 
@@ -208,6 +214,9 @@ class HTTPSource(SourceBase):
         retries: attempts per fault, first included (default ``SHARDSTREAM_RETRIES``).
         retry_deadline: seconds one stream may spend retrying (default ``SHARDSTREAM_RETRY_DEADLINE``).
         max_redirects: redirects followed per request (default 10; 0 treats a redirect as an error).
+        max_body: the most bytes a whole read of an object of unknown size takes (``get_into``, a
+            manifest, an index; bytes or a size such as ``"4G"``; default ``SHARDSTREAM_MAX_BODY``,
+            1 GiB); past it, ResponseTooLargeError.
     """
 
     #: An open waits for a round trip: ``open_ahead`` starts it on a thread.
@@ -225,18 +234,22 @@ class HTTPSource(SourceBase):
         retries: int | object = UNSET,
         retry_deadline: float | object = UNSET,
         max_redirects: int = 10,
+        max_body: int | str | object = UNSET,
     ) -> None:
         self._headers = dict(headers or {})
         self.policy = RetryPolicy.from_options(
             retries=retries, retry_deadline=retry_deadline, first_byte_deadline=first_byte_deadline
         )
         self.max_redirects = check_max_redirects(max_redirects)
-        self.pool = network(
+        net = network(
             verify,
             connect_timeout=connect_timeout,
             response_timeout=response_timeout,
             read_timeout=read_timeout,
-        ).pool()
+            max_body=max_body,
+        )
+        self.max_body = net.max_body
+        self.pool = net.pool()
 
     def __repr__(self) -> str:  # header values may be secrets: show names only
         return f"HTTPSource(headers={sorted(self._headers)}, policy={self.policy!r})"

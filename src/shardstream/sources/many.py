@@ -43,16 +43,23 @@ FAILED: Final = "failed"
 
 
 class GetInto(Protocol):
-    """``get_into(url, sink, offset=, length=)``: append bytes ``[offset, offset + length)`` of
-    ``url`` (to its end when ``length`` is ``None``) to ``sink`` (see ``SourceBase.get_into``)."""
+    """``get_into(url, sink, offset=, length=, size=)``: append bytes ``[offset, offset + length)``
+    of ``url`` (to its end when ``length`` is ``None``) to ``sink``, bounded by ``size`` (the
+    object's, when known) or the source's ``max_body`` (see ``SourceBase.get_into``)."""
 
     def __call__(
-        self, url: str, sink: bytearray, *, offset: int = 0, length: int | None = None
+        self,
+        url: str,
+        sink: bytearray,
+        *,
+        offset: int = 0,
+        length: int | None = None,
+        size: int | None = None,
     ) -> object: ...
 
 
-#: A request waiting for a thread of :class:`ThreadedGets`: token, URL, offset, length, when.
-_Todo = tuple[object, str, int, int | None, float]
+#: A request waiting for a thread of :class:`ThreadedGets`: token, URL, offset, length, size, when.
+_Todo = tuple[object, str, int, int | None, int | None, float]
 
 
 class Outcome:
@@ -84,11 +91,15 @@ class Outcome:
 class ManyGets(Protocol):
     """GETs of whole objects or byte ranges in flight, driven by one thread (``wake`` excepted)."""
 
-    def submit(self, token: object, url: str, offset: int = 0, length: int | None = None) -> Outcome | None:
+    def submit(
+        self, token: object, url: str, offset: int = 0, length: int | None = None, size: int | None = None
+    ) -> Outcome | None:
         """Start fetching bytes ``[offset, offset + length)`` of ``url`` (the whole object by
         default; to its end when ``length`` is ``None``); its outcome comes from a later
         :meth:`wait`, or at once (returned here) when the request could not start or needs none
-        (``length=0``)."""
+        (``length=0``). ``size``: the object's size when the caller knows it (a manifest's); an
+        answer larger than the range, the size or, with neither, the source's ``max_body`` is
+        ``FAILED`` with a ResponseTooLargeError, never allocated."""
         ...
 
     def wait(self) -> list[Outcome]:
@@ -142,9 +153,11 @@ class ThreadedGets:
     def closed(self) -> bool:
         return self._closed
 
-    def submit(self, token: object, url: str, offset: int = 0, length: int | None = None) -> Outcome | None:
+    def submit(
+        self, token: object, url: str, offset: int = 0, length: int | None = None, size: int | None = None
+    ) -> Outcome | None:
         self._in_flight += 1
-        self._todo.put((token, url, offset, length, time.monotonic()))
+        self._todo.put((token, url, offset, length, size, time.monotonic()))
         if len(self._threads) < min(self._in_flight, self._window):
             work = partial(_work, self._get_into, self._retries_itself, self._todo, self._done)
             self._threads.append(gate.start(work, name=f"shardstream-get-many_{len(self._threads)}"))
@@ -201,11 +214,11 @@ def _work(
         item = todo.get()
         if item is None:
             return
-        token, url, offset, length, started = item
+        token, url, offset, length, size, started = item
         sink = bytearray()
         with gate.busy():  # a fork waits for a GET in flight (see shardstream.forks)
             try:
-                get_into(url, sink, offset=offset, length=length)
+                get_into(url, sink, offset=offset, length=length, size=size)
             except TransientSourceError as exc:
                 kind = FAILED if retries_itself else THROTTLED if is_throttle(exc) else RETRY
                 done.put(Outcome(token, kind, b"", exc, started))

@@ -24,11 +24,11 @@ from ..config import UNSET
 from ..errors import ConfigurationError, SourceError, redact_url
 from ..forks import ForkSafeLock, GatedExecutor
 from ..net.multiplex import AVAILABLE as MULTIPLEX_AVAILABLE
-from ._epoll_gets import EpollGets, settle_range
+from ._epoll_gets import EpollGets, expect, settle_range
 from ._resume import Opened, ResumableReader, range_header
 from ._retry import RetryPolicy
 from ._s3_errors import _CODES as _CODES
-from ._s3_errors import code_in, error_code, s3_error
+from ._s3_errors import cause, code_in, error_code, s3_error
 from ._s3_signing import S3Addressing, _is_aws, parse_s3_url
 from ._s3_writer import S3Writer
 from ._sigv4 import SigV4Signer
@@ -69,6 +69,9 @@ class S3Source(S3Addressing, SourceBase):
             ``NO_PROXY`` are honoured by every request, botocore's and ours.
         retries, retry_deadline: the retry budget (defaults from ``SHARDSTREAM_RETRIES`` and
             ``SHARDSTREAM_RETRY_DEADLINE``).
+        max_body: the most bytes a whole read of an object of unknown size takes (``get_into``, a
+            manifest, an index; bytes or a size such as ``"4G"``; default ``SHARDSTREAM_MAX_BODY``,
+            1 GiB); past it, ResponseTooLargeError.
         part_size: multipart upload part size in bytes for writes (default 16 MiB, minimum 5 MiB).
     """
 
@@ -103,6 +106,7 @@ class S3Source(S3Addressing, SourceBase):
         verify: bool | str = True,
         retries: int | object = UNSET,
         retry_deadline: float | object = UNSET,
+        max_body: int | str | object = UNSET,
         part_size: int = 16 << 20,
         key: str | None = None,
         secret: str | None = None,
@@ -131,7 +135,9 @@ class S3Source(S3Addressing, SourceBase):
             connect_timeout=connect_timeout,
             response_timeout=response_timeout,
             read_timeout=read_timeout,
+            max_body=max_body,
         )
+        self.max_body = net.max_body
         self._client_args = dict(
             endpoint_url=endpoint_url,
             region_name=region,
@@ -216,6 +222,7 @@ class S3Source(S3Addressing, SourceBase):
         etag: str | None = None,
         offset: int = 0,
         length: int | None = None,
+        size: int | None = None,
     ) -> str | None:
         """One signed GET of ``url`` (the whole object, or bytes ``[offset, offset + length)``)
         appended to ``sink``, resuming after the bytes of it already there (a ``Range`` request,
@@ -223,22 +230,25 @@ class S3Source(S3Addressing, SourceBase):
         fetcher retries, so that throttling lowers its concurrency); failures are shardstream
         errors, and body bytes that arrived before a failure stay in ``sink``. About a third of
         ``open_once``'s client CPU (see :mod:`shardstream.net.whole`). The answers to a range
-        are read as :mod:`._epoll_gets` reads them (a 200 is cut to the range, a 416 is no bytes)."""
+        are read as :mod:`._epoll_gets` reads them (a 200 is cut to the range, a 416 is no bytes).
+        The body is bounded by the range's length or ``size`` (the object's, when the caller
+        knows it), else by ``max_body``: past it, ResponseTooLargeError."""
         start = len(sink)
         at = offset + start
         end = None if length is None else offset + length
         if end is not None and start and at >= end:
             return etag  # (a resume of a range that is complete)
         ranged = bool(at) or end is not None
+        bound = expect(at, end, size)
         try:
             if ranged or etag:  # a range, a resume, or a version to check: Range / If-Match
                 headers = self._get_headers(url, at, end, etag)
                 address, _, path, signature = self._signed_parts("GET", url)
                 signature.update(headers)
-                resp = self.whole.get(address, path, signature, sink)
+                resp = self.whole.get(address, path, signature, sink, expect=bound)
             else:  # the whole object: the request the fetch loop sends, rendered in one go
                 address, request = self.get_request(url)
-                resp = self.whole.send(address, request, sink)
+                resp = self.whole.send(address, request, sink, expect=bound)
         except SourceError:
             raise
         except Exception as exc:
@@ -320,7 +330,7 @@ class S3Source(S3Addressing, SourceBase):
                 try:
                     page: dict[str, Any] = client.list_objects_v2(**args)
                 except Exception as exc:
-                    raise self.translate(exc, f"s3://{bucket}/{sub}", "list") from exc
+                    raise self.translate(exc, f"s3://{bucket}/{sub}", "list") from cause(exc)
                 yield page
                 token = page.get("NextContinuationToken")
                 if not page.get("IsTruncated") or not token:

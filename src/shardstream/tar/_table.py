@@ -35,7 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import IndexFormatError, redact_url
-from ..sources import open_url
+from ..sources import open_url, read_url
 from ._names import BraceNames, ListNames, ShardNames, brace_of
 
 __all__ = ["CountTable", "encode_table", "index_text", "read_head"]
@@ -182,12 +182,10 @@ def index_text(table: Mapping[str, Any] | None, lines: Sequence[str], version: i
 
 def _read(url: str, offset: int, length: int | None, storage_options: Mapping[str, Any] | None) -> bytes:
     try:
-        stream = open_url(url, offset=offset, length=length, storage_options=storage_options)
+        return read_url(url, offset=offset, length=length, storage_options=storage_options)
     except TypeError:  # a source registered by a user before ranged reads: all, then cut
         with open_url(url, offset=offset, storage_options=storage_options) as whole:
             return bytes(whole.read()[:length])
-    with stream:
-        return bytes(stream.read())
 
 
 def read_head(url: str, storage_options: Mapping[str, Any] | None) -> tuple[CountTable | None, bytes, bool]:

@@ -40,8 +40,10 @@ Compatibility: readers of version 1 ignore keys they do not know, so older shard
 these indexes (it finds no inline offsets and indexes a shard when ``ShardDataset`` needs it),
 and this one reads older indexes: without a head the counts come from the entries, and inline
 ``offsets``/``sizes`` are still read (rewriting such an index moves them to sidecars).
-Every writer records offsets and sizes as it writes (``ShardWriter``, ``pack``, the Ray writer);
-``shardstream index`` writes the same for shards written elsewhere.
+Every writer records offsets and sizes as it writes (``ShardWriter``, ``pack``, the Ray writer),
+and ``TarWriter``-based ones (``ShardWriter``, ``pack``) the samples per extension too; an index
+without ``extensions`` still reads (``shardstream ls --scan`` counts them from the shards), and
+``shardstream index`` writes everything for shards written elsewhere.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ from typing import Any, TypedDict
 
 from ..errors import ConfigurationError, IndexFormatError, ShardNotFoundError, redact_url
 from ..forks import GatedExecutor
-from ..sources import create_url, open_url
+from ..sources import create_url, read_url
 from ._table import CountTable, encode_table, index_text, read_head
 from .offsets import read_sidecar, sidecar_url, write_sidecars
 
@@ -119,9 +121,8 @@ def _directory(url: str) -> str:
 def _whole(url: str, storage_options: Mapping[str, Any] | None) -> bytes:
     """The index file: its head, then the rest when the head was not all of it."""
     _, data, whole = read_head(url, storage_options)
-    if not whole:
-        with open_url(url, offset=len(data), storage_options=storage_options) as stream:
-            data += stream.read()
+    if not whole:  # (the rest, bounded by max_body)
+        data += read_url(url, offset=len(data), storage_options=storage_options)
     return data
 
 
@@ -244,8 +245,7 @@ def read_counts(url_or_dir: str, *, storage_options: Mapping[str, Any] | None = 
     if table is not None:
         return table
     if not whole:
-        with open_url(url, offset=len(data), storage_options=storage_options) as stream:
-            data += stream.read()
+        data += read_url(url, offset=len(data), storage_options=storage_options)
     return _counts(url, data)
 
 

@@ -32,7 +32,7 @@ import numpy.typing as npt
 from ..errors import IndexFormatError, ShardNotFoundError, redact_url
 from ..forks import GatedExecutor
 from ..paths import check_relative_path
-from ..sources import create_url, open_url
+from ..sources import create_url, read_url
 
 __all__ = [
     "SIDECAR_DIR",
@@ -142,8 +142,7 @@ def read_sidecar(
         IndexFormatError: missing (the index says it exists), truncated or corrupt.
     """
     try:
-        with open_url(url, storage_options=storage_options) as stream:
-            data = stream.read()
+        data = read_url(url, storage_options=storage_options)  # bounded by max_body
     except ShardNotFoundError as exc:
         raise missing_sidecar(url) from exc
     return decode_sidecar(url, data, samples)

@@ -105,6 +105,45 @@ def _parse_pax(data: bytes) -> dict[str, str]:
     return records
 
 
+def _parse_header(
+    buf: bytes | bytearray, view: memoryview, pos: int, cache: dict[bytes, tuple[int, int, int]]
+) -> tuple[int, int, str] | None:
+    """The tar header at ``buf[pos : pos + 512]`` as ``(size, typeflag, name)``, or ``None`` when
+    its checksum does not match.
+
+    ``size`` is the size field (-1 when unparsable: the caller refuses it, naming the member);
+    ``name`` joins the ustar ``prefix``, before a GNU long name or PAX ``path`` replaces it.
+    ``view`` is a memoryview of ``buf``; ``cache`` memoises the field parses of one shard.
+
+    This is :func:`iter_members`'s own header parse as a function, for the header walk
+    (``walk.py``); the reader runs the same lines inline, because a Python call per member is a
+    measurable share of a tiny member's cost (``bench_tar_read.py --only tiny``). The two must
+    stay the same: ``tests/unit/test_walk.py`` compares the walk with the reader on generated,
+    cut and corrupted shards.
+    """
+    fields = bytes(view[pos + 124 : pos + 156])
+    parsed = cache.get(fields)
+    if parsed is None:
+        parsed = _parse_fields(fields)
+        if len(cache) > _CACHE_LIMIT:
+            cache.clear()
+        cache[fields] = parsed
+    size, expected, stored_sum = parsed
+    if (
+        expected < 0
+        or ((zlib.adler32(view[pos : pos + _BLOCK]) & 0xFFFF) - 1 - stored_sum + _CHECKSUM_BLANKS - expected)
+        % _ADLER_MOD
+    ):
+        return None
+    nul = buf.find(0, pos, pos + 100)
+    raw_name = buf[pos : nul if nul >= 0 else pos + 100]
+    if buf[pos + 345] != 0 and buf[pos + 257 : pos + 263] == b"ustar\x00":
+        prefix = buf[pos + 345 : pos + 500]
+        nul = prefix.find(0)
+        raw_name = (prefix[:nul] if nul >= 0 else prefix) + b"/" + raw_name
+    return size, buf[pos + 156], raw_name.decode("utf-8", "surrogateescape")
+
+
 def _pax_size(value: str) -> int:
     """A PAX ``size`` value: ASCII decimal digits only (no sign, spaces or underscores); -1 if not."""
     return int(value) if value.isascii() and value.isdigit() and len(value) < 40 else -1
@@ -177,6 +216,7 @@ def _size_problem(
 
 
 _ORPHAN = "a PAX or GNU long-name header is not followed by the member it describes"
+_BAD_CHECKSUM = "bad tar header checksum (not a tar file, or corrupt)"
 
 
 def _pending(long_name: str | None, pax: dict[str, str] | None) -> str | None:
@@ -279,6 +319,8 @@ def iter_members(
                 if long_name is not None or pax is not None:
                     raise fail(_ORPHAN, _pending(long_name, pax), header_offset)
                 return  # end-of-archive marker
+            # From here to the name: _parse_header, inline (a call per member would slow tiny
+            # members; change the two together, the header walk uses the function).
             # Verify the checksum: this is what catches a corrupt header before its garbage size
             # field derails the rest of the shard. The tar checksum is the plain byte sum of the
             # header; sum() over 512 bytes in CPython costs more than the rest of the member's
@@ -307,7 +349,7 @@ def iter_members(
                 )
                 % _ADLER_MOD
             ):
-                raise fail("bad tar header checksum (not a tar file, or corrupt)", long_name, header_offset)
+                raise fail(_BAD_CHECKSUM, long_name, header_offset)
             typeflag = buf[pos + 156]
             if long_name is not None:
                 name = long_name

@@ -21,6 +21,7 @@ from ..sources.file import local_path
 from .grouping import Cursor, group_samples
 from .index import IndexEntry, read_counts, write_index
 from .reader import DEFAULT_BLOCKSIZE, DEFAULT_MAX_MEMBER_SIZE, iter_members
+from .walk import walk_members, walkable
 
 __all__ = ["Cursor", "TarFormat"]
 
@@ -127,8 +128,28 @@ class TarFormat:
             samples.close()
 
     def count(self, source: Source, url: str) -> int:
-        """Samples in shard ``url`` (reads its bytes; decodes nothing)."""
-        return sum(1 for _ in self.samples(source, url))
+        """Samples in shard ``url``; decodes nothing.
+
+        A local, uncompressed shard (a plain path or ``file://`` URL that ``source`` opens as a
+        file) is counted from its headers (:func:`.walk.walk_members`: a small read per header
+        past a large member's data; small members are read through in windows), with the same
+        grouping and the same errors as a full read.
+        The others are read whole: compressed shards (a ``.gz``/``.tgz`` name or gzip content:
+        their headers are only found by inflating), formats with ``select_files`` or
+        ``rename_files``, and remote shards, through the cache or not (their headers would be a
+        request each).
+        """
+        stream, _ = self.open(source, url)
+        fd = None
+        if self.select_files is None and self.rename_files is None:
+            fd = walkable(stream, url)
+        if fd is None:
+            return sum(1 for _ in self.samples(source, url, stream=stream))
+        try:
+            members = walk_members(fd, url, max_member_size=self.max_member_size)
+            return sum(1 for _ in group_samples(members, url))
+        finally:
+            stream.close()
 
     def read_counts(self, location: str, storage_options: Mapping[str, Any] | None) -> Mapping[str, int]:
         """Counts from the ``_info.json`` index at ``location`` (a directory, prefix or file): a

@@ -7,8 +7,9 @@ single sample that alone is larger. Sizes are counted on the uncompressed tar st
 compressed size is not known until the compressor flushes); compression almost always shrinks
 the stream, so compressed shards also stay within ``maxsize`` in practice.
 
-When it closes, the writer records each shard's sample count and size in ``_info.json`` next to
-the shards, and each sample's byte offset and size in the shard's sidecar under ``_offsets/``
+When it closes, the writer records each shard's sample count, size and samples per extension in
+``_info.json`` next to the shards (what ``shardstream ls`` shows without reading the shards), and
+each sample's byte offset and size in the shard's sidecar under ``_offsets/``
 (see :mod:`shardstream.tar.index`), so every dataset it writes can be read at random
 (``ShardDataset``) without an indexing pass.
 """

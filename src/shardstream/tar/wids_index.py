@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..errors import ConfigurationError, redact_url
-from ..sources import create_url, open_url
+from ..sources import create_url, read_url
 
 __all__ = [
     "WIDS_KIND",
@@ -95,8 +95,7 @@ def read_wids_index(
         ConfigurationError: not JSON, not ``wids_version`` 1, an entry without ``url`` or
             ``nsamples``, or no shard at all.
     """
-    with open_url(url, storage_options=storage_options) as stream:
-        raw = stream.read()
+    raw = read_url(url, storage_options=storage_options)  # bounded by max_body
     where = redact_url(url)
     try:
         data = json.loads(raw)

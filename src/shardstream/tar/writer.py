@@ -17,6 +17,7 @@ no NUL), since extracting a shard writes each member under a directory by its na
 from __future__ import annotations
 
 import bz2
+import collections
 import gzip
 import logging
 import lzma
@@ -86,11 +87,14 @@ class EncodedSample:
         key: the sample key.
         members: ``(header, payload)`` pairs; each header may include a PAX header.
         nbytes: bytes the sample adds to the (uncompressed) archive, headers and padding included.
+        extensions: the sample's extensions as readers will see them (lower-case, metadata
+            fields such as ``__meta__`` left out): what the index counts per shard.
     """
 
     key: str
     members: tuple[tuple[bytes, Bytes], ...]
     nbytes: int
+    extensions: tuple[str, ...] = ()
 
 
 @runtime_checkable
@@ -194,6 +198,8 @@ class TarWriter:
         #: included), in the uncompressed archive: what the index records for random access.
         self.offsets: list[int] = []
         self.sizes: list[int] = []
+        #: Samples written so far per extension (lower-case): the index's ``extensions``.
+        self.extensions: collections.Counter[str] = collections.Counter()
 
     # -- context manager ------------------------------------------------------------------------
 
@@ -225,6 +231,7 @@ class TarWriter:
         encoded = self.encoder(dict(sample))
         mtime = 0 if self.mtime is None else int(self.mtime)
         members: list[tuple[bytes, Bytes]] = []
+        extensions: list[str] = []
         nbytes = 0
         for field in sorted(encoded):
             if field == "__key__" or (field.startswith("_") and not self.keep_meta):
@@ -267,7 +274,10 @@ class TarWriter:
                 ) from exc
             members.append((header, value))
             nbytes += len(header) + size + (-size % _BLOCK)
-        return EncodedSample(key, tuple(members), nbytes)
+            ext = field.lower()  # as the readers' grouping names it (tar/grouping.py)
+            if not (ext.startswith("__") and ext.endswith("__")):
+                extensions.append(ext)
+        return EncodedSample(key, tuple(members), nbytes, tuple(extensions))
 
     def write_encoded(self, encoded: EncodedSample) -> int:
         """Write a sample made by :meth:`encode`; returns the bytes added to the archive."""
@@ -282,6 +292,7 @@ class TarWriter:
                 out.write(_ZEROS[:pad])
         self.offsets.append(self.offset)
         self.sizes.append(encoded.nbytes)
+        self.extensions.update(encoded.extensions)
         self.offset += encoded.nbytes
         self.count += 1
         return encoded.nbytes
@@ -304,10 +315,11 @@ class TarWriter:
         return self._raw.count
 
     def index_entry(self, name: str) -> IndexEntry:
-        """This shard's ``_info.json`` entry under basename ``name``: counts, bytes and each
-        sample's offset, with sizes when the shard is uncompressed (see :mod:`.index`). Call it
-        after :meth:`close` for the final byte count."""
+        """This shard's ``_info.json`` entry under basename ``name``: counts, bytes, samples per
+        extension and each sample's offset, with sizes when the shard is uncompressed (see
+        :mod:`.index`). Call it after :meth:`close` for the final byte count."""
         entry = IndexEntry(url=name, samples=self.count, bytes=self.bytes_written)
+        entry["extensions"] = dict(sorted(self.extensions.items()))
         entry["offsets"] = list(self.offsets)
         if self._compressor is None:
             entry["sizes"] = list(self.sizes)

@@ -1,11 +1,15 @@
 """The timed generators telemetry puts in place of a node's own: a timed layer, a timed map loop.
 
-Reading the clock costs about as much as a small stage, so neither times every item. The first
-64 pulls are timed one by one (start-up: a shuffle buffer filling, a first shard opening); after
-that a node whose pulls take at least :data:`SLOW_NS` on average (batches) stays timed at every
-pull, and a faster one is sampled at random gaps (1 to 255 pulls, mean about 120), so that no
-periodic pattern of the data (a shard boundary every 10,000 samples) is always or never sampled.
-A sampled time is scaled by the number of pulls it stands for. Time spent in the source (the
+Reading the clock costs about as much as a small stage, so neither times every item. The first 64
+pulls are timed one by one (start-up: a shuffle buffer filling, a first shard opening); after that
+a node whose pulls take at least :data:`SLOW_NS` on average (batches), or a map function whose
+calls take at least :data:`SLOW_CALL_NS` (an image decode), stays timed at every item, and a faster
+one is sampled at random gaps (1 to 255 pulls, mean about 120), so that no periodic pattern of the
+data (a shard boundary every 10,000 samples) is always or never sampled. A sampled time is scaled
+by the number of pulls it stands for. Slow calls are not sampled because their times have a long
+tail on a busy host (a call preempted for a time slice takes many times the usual): a few dozen
+samples of a stage miss the tail in most runs, which then lands, unmeasured, in the inclusive time
+of the next timed node (``batched`` took the blame for the decode). Time spent in the source (the
 recorder's ``io_ns``, measured exactly by the timed source) is taken out of every timed pull, so
 that rare expensive pulls (a shard opening) never enter a scaled sample.
 
@@ -36,13 +40,17 @@ from typing import Any, Protocol
 from ..handlers import Handler
 from .stats import StageStats
 
-__all__ = ["SLOW_NS", "WARMUP", "Clock", "Slot", "clocked", "timed_map"]
+__all__ = ["SLOW_CALL_NS", "SLOW_NS", "WARMUP", "Clock", "Slot", "clocked", "timed_map"]
 
 #: Pulls timed one by one before sampling may start.
 WARMUP = 64
 #: A node whose pulls take at least this long on average (batches of samples) is timed at every
 #: pull: the clock's two reads are then negligible next to the pull.
 SLOW_NS = 250_000
+#: A map function whose calls take at least this long on average is timed at every call: two
+#: clock reads are then a small part of the call (see the module doc for why sampling such calls
+#: misleads).
+SLOW_CALL_NS = 20_000
 _rng = random.Random(16)  # the same gaps in every process and run
 _GAPS = tuple(_rng.randint(1, 255) for _ in range(97))
 del _rng
@@ -53,10 +61,12 @@ _END = object()
 
 
 class Clock(Protocol):
-    """What the timed generators need from the recorder."""
+    """What the timed generators need from the recorder (``ended``: set when a timed node finds
+    the end of what it reads, so a loader worker sends every counter with its last batches)."""
 
     io_ns: int
     next_log: int | float
+    ended: bool
 
     def tick(self, now: int) -> None: ...
 
@@ -137,6 +147,7 @@ def clocked(it: Iterator[Any], slot: Slot, rec: Clock) -> Iterator[Any]:
             if now >= rec.next_log:
                 rec.tick(now)
             if item is _END:
+                rec.ended = True
                 return
             n += 1
             slot.items += 1
@@ -155,6 +166,7 @@ def clocked(it: Iterator[Any], slot: Slot, rec: Clock) -> Iterator[Any]:
             slot.end_run(i + 1)
             if i + 1 < want:  # the source ended during the run (an untimed pull found it)
                 slot.span += 1
+                rec.ended = True
                 return
     finally:
         slot.end_open_run()
@@ -181,12 +193,15 @@ def timed_map(
     up: Slot | None = None,
 ) -> Iterator[Any]:
     """``shardstream.pipeline.base.guarded`` with ``fn`` timed (own time): the first 64
-    calls, then one per run of calls of random length (mean about 120). With ``up``, the pulls from
-    ``src`` are timed at the same points and counted there (``src``'s inclusive time, I/O
-    excluded), in place of a :func:`clocked` layer on ``src``."""
+    calls, and every call when they average :data:`SLOW_CALL_NS` or more, else one per run of
+    calls of random length (mean about 120). With ``up``, the pulls from ``src`` are timed at the
+    same points and counted there (``src``'s inclusive time, I/O excluded), in place of a
+    :func:`clocked` layer on ``src``."""
     clock = time.perf_counter_ns
     gaps, g = _GAPS, 0
-    timed = 0  # calls timed one by one so far (the warm-up)
+    timed = 0  # calls timed one by one so far (the warm-up, and all of them when slow)
+    warm = 0  # their nanoseconds
+    exact = True
     it = iter(src)
     if not slot.first:
         slot.first = clock()
@@ -198,6 +213,7 @@ def timed_map(
             if up is None:
                 item = next(it, _END)
                 if item is _END:
+                    rec.ended = True
                     return
                 t = clock()
             else:
@@ -206,7 +222,7 @@ def timed_map(
                 item = next(it, _END)
                 now = clock()
                 spent = now - t - (rec.io_ns - io)
-                if timed < WARMUP:
+                if exact:
                     up.exact_ns += spent
                 else:  # this pull stands for itself and the untimed run after it
                     up.sampled_ns += spent
@@ -214,6 +230,7 @@ def timed_map(
                     up.span += 1
                 up.last = t = now
                 if item is _END:
+                    rec.ended = True
                     return
                 up.items += 1
             slot.items += 1
@@ -224,8 +241,9 @@ def timed_map(
                     continue  # time the next item instead
                 return
             now = clock()
-            if timed < WARMUP:
+            if exact:
                 slot.exact_ns += now - t
+                warm += now - t
                 timed += 1
             else:
                 slot.sampled_ns += now - t
@@ -236,8 +254,10 @@ def timed_map(
                 rec.tick(now)
             if not (drop_none and out is None):
                 yield out
-            if timed < WARMUP:
-                continue
+            if exact:
+                if timed < WARMUP or warm >= SLOW_CALL_NS * timed:
+                    continue
+                exact = False  # fast calls: sample from here on
             # A run of untimed items, counted by how far its range iterator got. (A chain of C
             # iterators, ``map(fn, ...)``, costs more: a call from C into a Python function is
             # not inlined as a call from bytecode is.)
@@ -264,6 +284,7 @@ def timed_map(
             if i + 1 < want:  # the source ended during the run (an untimed pull found it)
                 if up is not None:
                     up.span += 1
+                rec.ended = True
                 return
     finally:
         slot.end_open_run()

@@ -63,8 +63,10 @@ class Recorder:
         self.layer: Any = None
         self.io_ns = self.io_bytes = self.opens = 0
         self.collate_ns = self.batches = 0
+        #: A timed node of the running pass found the end of what it reads: the batches left
+        #: are the last ones (a loader worker sends every counter with them, see ``light``).
+        self.ended = False
         self.sources: list[tuple[Any, dict[str, int]]] = []
-        self._light_key = (-1, 0)  # (slots, index of the node whose items are the samples)
         counter = self._retries = retry_counter()
         self._retry_base = (counter.retries, counter.throttles)
         self.next_log = self._next_log(time.perf_counter_ns())
@@ -83,6 +85,7 @@ class Recorder:
             self._reset()
         self._cursor = self.stages_built = 0
         self.layer = None
+        self.ended = False
         return self
 
     def slot(self, label: str, kind: str, mode: str, stats: StageStats | None) -> Slot:
@@ -116,7 +119,10 @@ class Recorder:
 
         Layout: ``(first_ns, last_ns, io_ns, io_bytes, opens, collate_ns, batches, retries,
         throttles, cache_hits, cache_misses, first_pull_ns)``, then per node ``(items,
-        estimated_ns, skipped)`` (the time of its pulls or of its function, I/O excluded).
+        estimated_ns, skipped)`` (the time of its pulls or of its function, I/O excluded). A
+        ``part`` slot (a stage of a run on a loader's threads, timed as a whole by the ``run``
+        slot after it) has no items of its own and, in place of a time, the wall time the pool
+        sampled of its calls: its weight when the report shares the run's time.
         """
         counter = self._retries
         hits = misses = 0
@@ -132,7 +138,11 @@ class Recorder:
                 first = s.first
             if s.last > last:
                 last = s.last
-            per_node += (s.count(), s.estimate(), s.stats.skipped if s.stats is not None else 0)
+            skipped = s.stats.skipped if s.stats is not None else 0
+            if s.mode == "part":  # a stage of a run on threads: the pool's sample of its calls
+                per_node += (0, s.stats.thread_wall_ns if s.stats is not None else 0, skipped)
+            else:
+                per_node += (s.count(), s.estimate(), skipped)
         out = (
             first,
             last,
@@ -149,17 +159,14 @@ class Recorder:
         )
         return out + tuple(per_node)
 
-    def light(self, now: int) -> tuple[int, ...]:
+    def light(self, now: int) -> tuple[Any, ...]:
         """The counters that must be exact when a worker's last batch leaves, cheap to take:
-        ``(now, collate_ns, batches, opens, io_bytes, node, items)`` (``node``: the index of the
-        reading node, whose items are the samples, or of the last node)."""
-        slots = self.slots
-        if self._light_key[0] != len(slots):
-            k = next((i for i, s in enumerate(slots) if s.kind == "read"), len(slots) - 1)
-            self._light_key = (len(slots), k)
-        k = self._light_key[1]
-        items = slots[k].count() if slots else 0
-        return (now, self.collate_ns, self.batches, self.opens, self.io_bytes, k, items)
+        ``(now, collate_ns, batches, opens, io_bytes, items)``, ``items`` holding every node's
+        item count (so each stage's count includes the last batch, partial or not; the times
+        are those of the last :meth:`raw`). Once the pass has :attr:`ended`, the batches left
+        are its last, and a loader worker sends :meth:`raw` with them instead."""
+        items = tuple([s.count() for s in self.slots])
+        return (now, self.collate_ns, self.batches, self.opens, self.io_bytes, items)
 
     def view(self) -> dict[str, Any]:
         """This process's counters as plain data (see :func:`process_view`)."""

@@ -17,6 +17,7 @@ from typing import Any
 
 __all__ = [
     "GIL_BOUND",
+    "INTO_BATCH",
     "LOADER_BOUND",
     "add_views",
     "format_table",
@@ -29,6 +30,9 @@ __all__ = [
 
 #: Waiting this share of the wall time (or more) for data makes a run loader-bound.
 LOADER_BOUND = 0.10
+#: The label suffix of a decode stage that leaves its JPEGs to the batch maker (deferred
+#: decoding, ``decoders/deferred.py``): the batch maker's time is reported as that stage's.
+INTO_BATCH = " (into the batch)"
 _GLOBALS = 12
 _SUMMED = (
     "wall_s", "first_item_s", "busy_s", "worker_s",
@@ -43,6 +47,17 @@ def process_view(schema: Sequence[Sequence[str]], raw: Sequence[Any]) -> dict[st
     that minus the inclusive time upstream). Times come without I/O (measured exactly, not
     sampled), which is added back from the reading node on; the reading node's own time is
     reported as ``io`` (open and read calls of its source) and ``read tar`` (the rest).
+
+    A run of per-sample stages on a loader's threads is one node: ``part`` slots (one per stage,
+    with the wall time the pool sampled of its calls) and the ``run`` slot that times the node.
+    The run's own time is shared among its stages in proportion to those samples (equally
+    before any), and each stage counts the items that came out of the run plus those that the
+    stages from it on skipped: a row per stage, as without threads.
+
+    A decode stage labelled ``decode (into the batch)`` read only the JPEG headers: the pixels
+    were decoded by the batch maker, straight into the batch. Its row then holds the batch
+    maker's time too (the ``collate`` row, which is left out): one decode stage, named for
+    what took the time, instead of a cheap decode and a costly ``collate``.
     """
     first, last, io_ns, io_bytes, opens, collate_ns, batches, retries, throttles, hits, misses, head = raw[
         :_GLOBALS
@@ -50,8 +65,12 @@ def process_view(schema: Sequence[Sequence[str]], raw: Sequence[Any]) -> dict[st
     stages: list[dict[str, Any]] = []
     below = 0  # inclusive time of everything up to here
     samples: int | None = None
+    parts: list[tuple[str, str, int, int]] = []  # the stages of a run on threads, until its end
     for i, (label, kind, mode) in enumerate(schema):
         items, ns, skipped = raw[_GLOBALS + 3 * i : _GLOBALS + 3 * i + 3]
+        if mode == "part":
+            parts.append((label, kind, ns, skipped))
+            continue
         if kind == "read" and samples is None:
             samples = items
             number, _, name = label.partition(":")
@@ -68,10 +87,17 @@ def process_view(schema: Sequence[Sequence[str]], raw: Sequence[Any]) -> dict[st
             inclusive = ns + (io_ns if samples is not None else 0)  # downstream of the reader
             own = max(0, inclusive - below)
             below = max(below, inclusive)
+        if mode == "run":
+            stages += _shared(parts, own, items)
+            parts = []
+            continue
         if kind == "consumer":  # unwrapped stages and hand-offs between the last ones
             label, kind = "other", "other"
         stages.append(_stage(label, kind, own, items, skipped))
-    if batches:
+    into = next((s for s in stages if s["kind"] == "decode" and s["stage"].endswith(INTO_BATCH)), None)
+    if into is not None:
+        into["time_s"] += collate_ns / 1e9
+    elif batches:
         stages.append(_stage("collate", "collate", collate_ns, batches, 0))
     if samples is None:
         samples = stages[-1]["items"] if schema else 0
@@ -89,6 +115,20 @@ def process_view(schema: Sequence[Sequence[str]], raw: Sequence[Any]) -> dict[st
         "cache": {"hits": hits, "misses": misses},
         "stages": stages,
     }
+
+
+def _shared(parts: list[tuple[str, str, int, int]], ns: int, items: int) -> list[dict[str, Any]]:
+    """The rows of a run's stages: ``ns`` shared by their weights, ``items`` out of the run."""
+    if not parts:
+        return []
+    weights = sum(weight for _, _, weight, _ in parts)
+    rows = []
+    later = 0  # items skipped by this stage and the ones after it: this stage saw them too
+    for label, kind, weight, skipped in reversed(parts):
+        later += skipped
+        share = ns * weight // weights if weights else ns // len(parts)
+        rows.append(_stage(label, kind, share, items + later, skipped))
+    return rows[::-1]
 
 
 def _stage(label: str, kind: str, ns: int, items: int, skipped: int) -> dict[str, Any]:
