@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -44,7 +45,14 @@ pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="signals, /proc 
 
 HERE = Path(__file__).resolve().parent
 BOUND = 2.0  # worker_timeout: seconds without a batch before a worker is stuck
-AT = {"plain": 30, "shuffled": 30, "mix": 8, "equal": 10}  # the sample a faulty worker dies at
+AT = {
+    "plain": 30,
+    "shuffled": 30,
+    "mix": 8,
+    "resampled": 25,
+    "equal": 10,
+    "exact": 10,
+}  # the sample a faulty worker dies at
 
 
 @pytest.fixture(scope="module")
@@ -137,6 +145,31 @@ def test_heal_a_worker_killed_during_the_training_step_is_replaced(
         running.close()
         assert got == full, loader
         assert stats["restarts"]["causes"] == {"SIGKILL": 1} and pids[1] not in stats["worker_pids"]
+
+
+@pytest.mark.parametrize("loader", LOADERS)
+def test_heal_restarts_are_counted_with_telemetry_on(
+    urls: list[str],
+    loader: str,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    clean: None,
+) -> None:
+    """``stats()`` with telemetry on keeps its per-worker report and adds the restarts; the
+    periodic telemetry line counts them too (with telemetry off: the first test above)."""
+    monkeypatch.setenv("SHARDSTREAM_TELEMETRY_INTERVAL", "0.001")  # a line at every batch
+    full = _epoch(make("plain", urls, loader))
+    timed = make("plain", urls, loader, Fault("SIGKILL", str(tmp_path)), telemetry=True)
+    with caplog.at_level(logging.INFO, logger="shardstream"):
+        got = [keys(b) for b in timed]
+    stats = timed.stats()
+    timed.close()
+    assert got == full
+    assert stats["telemetry"] is True and stats["workers"], "the telemetry report is kept"
+    assert stats["restarts"]["count"] == 1 and stats["restarts"]["causes"] == {"SIGKILL": 1}
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("telemetry (loader)")]
+    assert any(line.endswith("1 worker restart(s): {'SIGKILL': 1}") for line in lines), lines[-3:]
 
 
 def test_heal_persistent_workers_lost_mid_epoch_or_between_epochs(
@@ -396,6 +429,55 @@ def test_heal_needs_a_dataset_that_says_where_its_workers_are(clean: None) -> No
         for _ in loader:
             pass
     loader.close()
+
+
+# -- thread mode: a thread cannot be replaced -----------------------------------------------------------
+_RELEASE = threading.Event()  # lets a blocked stage of the thread-mode test go on
+
+
+def _raises_on(sample: dict[str, Any]) -> dict[str, Any]:
+    if sample["__key__"] in ("s0_003", "s4_010"):
+        raise ValueError(f"bad sample {sample['__key__']}")
+    return sample
+
+
+def _blocks_on(sample: dict[str, Any]) -> dict[str, Any]:
+    if sample["__key__"] == "s2_005":
+        _RELEASE.wait(60)
+    return sample
+
+
+def test_heal_thread_mode_handles_a_raising_stage_and_names_a_blocked_pool_thread(urls: list[str]) -> None:
+    """Thread mode (item 4 of the issue): a stage that raises on a pool thread goes to its handler
+    as in one thread; one that blocks past ``worker_timeout`` raises with every thread's stack
+    (the producer's and the pool's) and says that a thread cannot be killed, so nothing is
+    replaced there."""
+    plain = ss.Dataset(urls, shuffle_shards=False)
+    every = {
+        k for b in _epoch(ss.Loader(plain.to_tuple("__key__", "cls"), batch_size=4, num_threads=1)) for k in b
+    }
+    skipping = plain.map(_raises_on, handler=ss.ignore_and_continue).to_tuple("__key__", "cls")
+    got = [k for b in _epoch(ss.Loader(skipping, batch_size=4, num_threads=2)) for k in b]
+    assert len(every) == 83
+    assert sorted(got) == sorted(every - {"s0_003", "s4_010"})
+    _RELEASE.clear()
+    blocked = ss.Loader(
+        plain.map(_blocks_on).to_tuple("__key__", "cls"), batch_size=4, num_threads=2, worker_timeout=1.5
+    )
+    try:
+        with pytest.raises(ss.WorkerStuckError) as caught:
+            for _ in blocked:
+                pass
+    finally:
+        _RELEASE.set()
+        blocked.close()
+    error = caught.value
+    text = str(error)
+    assert "thread mode" in text and "A thread cannot be killed" in text
+    assert error.pid == os.getpid() and error.restarts == [] and error.sample is None
+    assert text.count("Thread '") == 3, "the producer's stack and both pool threads'"
+    assert "_blocks_on" in error.stack and "_RELEASE.wait" in error.stack
+    assert "restarts" not in blocked.stats(), "thread mode replaces nothing"
 
 
 # -- the state after a restart ------------------------------------------------------------------------
