@@ -87,14 +87,42 @@ class Finding:
 def diagnose(loader: Any, epoch: int, states: list[Any], roles: list[int], slot: int) -> Finding:
     """Run worker ``slot`` of ``loader`` (a WebLoader) from ``states``/``roles`` (what its workers
     were restored with), traced, in a sacrificial process; what it found."""
-    dataset, workers = loader.dataset, max(loader.num_workers, 1)
     items = (int(loader.prefetch_factor or 2) + 2) * int(loader.batch_size or 1)
     bound = loader._wait_bound()
     if bound <= 0:
         bound = UNBOUNDED
-    context = loader.multiprocessing_context or multiprocessing.get_context()
     fd, path = tempfile.mkstemp(prefix="shardstream-trace-")
     os.close(fd)
+    try:
+        outcome, records = _traced_run(loader, epoch, states, roles, slot, path, items, bound)
+    finally:
+        with contextlib.suppress(OSError):  # the trace is read: nothing of the run is left
+            os.unlink(path)
+    ended = [r for r in records if "end" in r]
+    if ended and outcome == "exit code 0":
+        outcome = "ended" if ended[-1]["end"] is None else f"raised {ended[-1]['end']}"
+    yielded = sum(1 for r in records if r.get("last"))
+    sample = _culprit(records) if outcome != "ended" else None
+    log.info(
+        "diagnostic run of worker %d's share: %s, %d items, sample %s", roles[slot], outcome, yielded, sample
+    )
+    return Finding(outcome, sample, yielded)
+
+
+def _traced_run(
+    loader: Any,
+    epoch: int,
+    states: list[Any],
+    roles: list[int],
+    slot: int,
+    path: str,
+    items: int,
+    bound: float,
+) -> tuple[str, list[dict[str, Any]]]:
+    """Start the sacrificial process, wait for it (see :func:`_wait`) and end it; its outcome and
+    the trace it wrote into ``path``."""
+    dataset, workers = loader.dataset, max(loader.num_workers, 1)
+    context = loader.multiprocessing_context or multiprocessing.get_context()
     seed = random.getrandbits(32)
     dataset.restore_workers(epoch, states, roles)
     try:
@@ -108,24 +136,12 @@ def diagnose(loader: Any, epoch: int, states: list[Any], roles: list[int], slot:
     finally:
         dataset.workers_started()
     try:
-        outcome = _wait(process, Path(path), bound)
-        records = _records(Path(path))
+        return _wait(process, Path(path), bound), _records(Path(path))
     finally:
         if process.is_alive() and process.pid is not None:
             os.kill(process.pid, signal.SIGKILL)
         process.join(10)
-        with contextlib.suppress(OSError):
-            os.unlink(path)
         loader._workers_gone([process.pid])
-    ended = [r for r in records if "end" in r]
-    if ended and outcome == "exit code 0":
-        outcome = "ended" if ended[-1]["end"] is None else f"raised {ended[-1]['end']}"
-    yielded = sum(1 for r in records if r.get("last"))
-    sample = _culprit(records) if outcome != "ended" else None
-    log.info(
-        "diagnostic run of worker %d's share: %s, %d items, sample %s", roles[slot], outcome, yielded, sample
-    )
-    return Finding(outcome, sample, yielded)
 
 
 def _wait(process: Any, path: Path, bound: float) -> str:

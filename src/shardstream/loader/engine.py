@@ -443,7 +443,8 @@ class Loader:
     def stats(self) -> dict[str, Any]:
         """What this loader did, as plain data, over all its epochs (also after ``close()``).
 
-        Process mode: ``WebLoader.stats()`` (with ``telemetry=True``), plus ``shared_buffers``:
+        Process mode: ``WebLoader.stats()`` (with ``telemetry=True``; with it on or off,
+        ``restarts``, the lost workers replaced, and ``worker_pids``), plus ``shared_buffers``:
         ``batches`` that came through the reused buffers, small tensors sent ``inline`` in a
         batch's pickle, and ``fresh`` tensors that came torch's way (a new segment each: the
         buffers were all held, or a dtype numpy lacks).
