@@ -299,9 +299,13 @@ def test_heal_workers_end_with_their_loader_s_process_when_it_is_killed(
     monkeypatch.delenv("SHARDSTREAM_WORKER_START")  # the real rule: a thread runs, so the forkserver
     script, out = tmp_path / "orphan.py", tmp_path / "out.txt"
     script.write_text(_ORPHAN.format(here=str(HERE), urls=urls, kind=kind))
+    # The killed process cannot remove its loader's temporary files (the stacks directory): they
+    # go under tmp_path, not the machine's /tmp.
+    (tmp_path / "tmp").mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp_path / "tmp")}
     with out.open("w") as sink:  # a file, not a pipe: a survivor holding it would block a pipe's reader
         code = subprocess.run(
-            [sys.executable, str(script)], stdout=sink, stderr=subprocess.STDOUT, timeout=120
+            [sys.executable, str(script)], stdout=sink, stderr=subprocess.STDOUT, timeout=120, env=env
         )
     output = out.read_text()
     assert code.returncode == -signal.SIGKILL, output[-3000:]

@@ -54,6 +54,10 @@ def test_heal_a_rank_killed_under_torchrun_continues_from_the_last_checkpoint(tm
     urls = write_shards(tmp_path / "shards")
     (tmp_path / "urls.json").write_text(json.dumps(urls))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SHARDSTREAM_", "WDS_", "SLURM_"))}
+    # The killed rank cannot remove its temporary files (its loader's stacks directory, torchrun's
+    # own): they go under tmp_path, not the machine's /tmp.
+    (tmp_path / "tmp").mkdir()
+    env["TMPDIR"] = str(tmp_path / "tmp")
     cmd = [
         sys.executable,
         "-m",
