@@ -7,7 +7,7 @@ and keeps the reading in the main process, parallelizing only the heavier transf
 (``examples/nodes/imagenet_benchmark.py``) use ``method="thread"``, and that benchmark maps whole
 batches: ``Batcher`` first, then one ``ParallelMapper`` task per batch that maps its samples and
 collates them (``MapAndCollate``), then ``Prefetcher(prefetch_factor=2)`` and ``Loader``. The
-source here is shardstream's reader of the same shards (``ss.Dataset``, raw samples), as every
+source here is shardstream's reader of the same shards (``ss.ShardStream``, raw samples), as every
 other row's reader is its own:
 
 * :func:`batch_loader`: the ImageNet benchmark's shape (a task per batch: the images rows);

@@ -73,16 +73,18 @@ def pipelines(args: argparse.Namespace) -> dict[str, tuple[Callable[[], Any], in
 
     def mapped(decoder: str) -> Callable[[], Any]:
         decode = bl._decoder(decoder)
-        return lambda: ss.Dataset(images, shuffle_shards=False).map_dict(jpg=decode).to_tuple("jpg", "cls")
+        return lambda: (
+            ss.ShardStream(images, shuffle_shards=False).map_dict(jpg=decode).to_tuple("jpg", "cls")
+        )
 
     def over_tiny(fn: Callable[[Any], Any]) -> Callable[[], Any]:
-        return lambda: ss.Dataset(tiny, shuffle_shards=False).map(fn).to_tuple("json", "bin")
+        return lambda: ss.ShardStream(tiny, shuffle_shards=False).map(fn).to_tuple("json", "bin")
 
     return {
         "images, simplejpeg map": (mapped("simplejpeg"), bl.BATCH),
         "images, decode stage": (
             lambda: (
-                ss.Dataset(images, shuffle_shards=False)
+                ss.ShardStream(images, shuffle_shards=False)
                 .decode("rgb8", jpeg_backend="simplejpeg")
                 .to_tuple("jpg", "cls")
             ),
@@ -91,7 +93,7 @@ def pipelines(args: argparse.Namespace) -> dict[str, tuple[Callable[[], Any], in
         "images, Pillow map": (mapped("pillow"), bl.BATCH),
         "tiny": (
             lambda: (
-                ss.Dataset(tiny, shuffle_shards=False)
+                ss.ShardStream(tiny, shuffle_shards=False)
                 .map_dict(json=bl.tiny_label, bin=bl.tiny_payload)
                 .to_tuple("json", "bin")
             ),
@@ -99,7 +101,7 @@ def pipelines(args: argparse.Namespace) -> dict[str, tuple[Callable[[], Any], in
         ),
         "video": (
             lambda: (
-                ss.Dataset(video, shuffle_shards=False)
+                ss.ShardStream(video, shuffle_shards=False)
                 .decode(ss.VideoClips(bl.CLIP, threads=1), only=["mp4"])
                 .to_tuple("mp4", "__key__")
                 .map(bl.clip_frames)

@@ -360,7 +360,9 @@ class Images:
 def _ours(images: Images) -> Any:
     import shardstream as ss
 
-    return ss.Dataset(images.urls, shuffle_shards=False).map_dict(jpg=images.decode).to_tuple("jpg", "cls")
+    return (
+        ss.ShardStream(images.urls, shuffle_shards=False).map_dict(jpg=images.decode).to_tuple("jpg", "cls")
+    )
 
 
 def _two_workers() -> dict[str, Any]:
@@ -413,7 +415,7 @@ def _staged(images: Images) -> Any:
     rows' function: it decodes each JPEG straight into its row of the batch (no copy)."""
     import shardstream as ss
 
-    dataset = ss.Dataset(images.urls, shuffle_shards=False)
+    dataset = ss.ShardStream(images.urls, shuffle_shards=False)
     return dataset.decode("rgb8", jpeg_backend="simplejpeg").to_tuple("jpg", "cls")
 
 
@@ -460,7 +462,7 @@ def memory_row(images: Images) -> Case | None:
 
     def make() -> Any:
         # Read for each round and let go with the loader, as the other reference row's JPEGs.
-        samples = [dict(sample) for sample in ss.Dataset(images.urls, shuffle_shards=False)]
+        samples = [dict(sample) for sample in ss.ShardStream(images.urls, shuffle_shards=False)]
         pipeline = ss.DataPipeline(
             lambda: iter(samples), ss.decode("rgb8", jpeg_backend="simplejpeg"), ss.to_tuple("jpg", "cls")
         )
@@ -530,7 +532,7 @@ def _raw_images(urls: list[str]) -> Iterator[dict[str, Any]]:
     """The image samples as the peers' writers take them: the JPEG's bytes and the label as an int."""
     import shardstream as ss
 
-    for sample in ss.Dataset(urls, shuffle_shards=False):
+    for sample in ss.ShardStream(urls, shuffle_shards=False):
         yield {"jpg": bytes(sample["jpg"]), "cls": int(bytes(sample["cls"]))}
 
 
@@ -610,7 +612,7 @@ def torchdata_row(images: Images) -> Case | Skipped:
     return Case(
         f"torchdata.nodes 0.11.0, {threads} threads",
         lambda: _torchdata.batch_loader(
-            ss.Dataset(images.urls, shuffle_shards=False), DecodeJpg(images.decode), threads, BATCH
+            ss.ShardStream(images.urls, shuffle_shards=False), DecodeJpg(images.decode), threads, BATCH
         ),
         notes=notes,
     )
@@ -646,7 +648,7 @@ def _raw_tiny(urls: list[str]) -> Iterator[dict[str, Any]]:
     """The tiny samples as the peers' writers take them: both fields' bytes."""
     import shardstream as ss
 
-    for sample in ss.Dataset(urls, shuffle_shards=False):
+    for sample in ss.ShardStream(urls, shuffle_shards=False):
         yield {"json": bytes(sample["json"]), "bin": bytes(sample["bin"])}
 
 
@@ -699,7 +701,7 @@ def tiny_cases(urls: list[str], count: int, threads: int) -> list[Case]:
 
     def ours() -> Any:
         return (
-            ss.Dataset(urls, shuffle_shards=False)
+            ss.ShardStream(urls, shuffle_shards=False)
             .map_dict(json=tiny_label, bin=tiny_payload)
             .to_tuple("json", "bin")
         )
@@ -736,7 +738,7 @@ def video_cases(urls: list[str], videos: int, threads: int, ffmpeg_threads: int 
 
     def ours() -> Any:
         return (
-            ss.Dataset(urls, shuffle_shards=False)
+            ss.ShardStream(urls, shuffle_shards=False)
             .decode(clips(), only=["mp4"])
             .to_tuple("mp4", "__key__")
             .map(clip_frames)

@@ -5,7 +5,7 @@ Three local datasets of 10 shards x 500 small samples (a ~100-byte ``txt`` and a
 
 * ``ss.Mix`` (``stop="first_exhausted"``): ends when the 0.5 source has given its 5,000 samples,
   after 10,000 items;
-* the sources alone: the same three ``ss.Dataset`` objects read one after another for exactly the
+* the sources alone: the same three ``ss.ShardStream`` objects read one after another for exactly the
   counts the mixture took from each (the mixture's overhead per sample is the difference);
 * the same picks interleaved by hand (a list of source indices and the sources' iterators): what
   any mixture costs by reading three streams in turn, without the mixture's own code;
@@ -77,9 +77,9 @@ def cases(urls: dict[str, list[str]]) -> tuple[list[tuple[str, Callable[[], int]
     import shardstream as ss
     from shardstream.tar.samples import TarFormat
 
-    def sources(blocksize: int = 1 << 20) -> list[ss.Dataset]:
+    def sources(blocksize: int = 1 << 20) -> list[ss.ShardStream]:
         fmt = TarFormat(blocksize=blocksize)
-        return [ss.Dataset(urls[name], seed=k, format=fmt) for k, name in enumerate(NAMES)]
+        return [ss.ShardStream(urls[name], seed=k, format=fmt) for k, name in enumerate(NAMES)]
 
     def mixture(blocksize: int = 1 << 20) -> ss.Mix:
         return ss.Mix(sources(blocksize), weights=list(WEIGHTS), seed=1)
@@ -89,7 +89,7 @@ def cases(urls: dict[str, list[str]]) -> tuple[list[tuple[str, Callable[[], int]
     taken = Counter(NAMES[i] for i in picks)
     alone, small_alone = sources(), sources(SMALL_BLOCK)
 
-    def read_alone(datasets: list[ss.Dataset]) -> Callable[[], int]:
+    def read_alone(datasets: list[ss.ShardStream]) -> Callable[[], int]:
         def run() -> int:
             return sum(
                 _count(itertools.islice(ds, taken[name])) for ds, name in zip(datasets, NAMES, strict=True)

@@ -44,7 +44,7 @@ OPTIONS: dict[str, Any] = {}  # storage options of the S3 run
 def _loader(urls: list[str], workers: int, shuffle: bool) -> Any:
     import shardstream as ss
 
-    ds = ss.Dataset(urls, seed=1, storage_options=OPTIONS or None)
+    ds = ss.ShardStream(urls, seed=1, storage_options=OPTIONS or None)
     if shuffle:
         ds = ds.shuffle(BUFFER)
     return ss.WebLoader(ds.to_tuple("__key__", "txt").batched(BATCH), batch_size=None, num_workers=workers)
@@ -159,7 +159,7 @@ def main() -> None:
         f"- command: `.venv/bin/python benchmarks/bench_resume.py --rounds {args.rounds}"
         f"{' --s3' if args.s3 else ''}`",
         f"- dataset: {args.samples:,} tiny samples in {args.shards} shards; "
-        f"`Dataset(urls).shuffle({BUFFER}).to_tuple(...).batched({BATCH})` through `WebLoader`; "
+        f"`ShardStream(urls).shuffle({BUFFER}).to_tuple(...).batched({BATCH})` through `WebLoader`; "
         f"{per_epoch} batches per epoch; best of {args.rounds} rounds (seconds to the first batch)",
         "",
     ]

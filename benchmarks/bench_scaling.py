@@ -43,11 +43,11 @@ nothing but the wait) show how many samples/s this machine can emulate at all.
   and the same over runs of 32 samples, each task working its run and collating it (chunking by
   hand: ``chunksize`` only applies to process pools).
 
-``ds`` is ``ss.Dataset(urls).map(work)`` over ``bench_loader``'s tiny samples (a ~60-byte JSON
+``ds`` is ``ss.ShardStream(urls).map(work)`` over ``bench_loader``'s tiny samples (a ~60-byte JSON
 label and a 16-byte payload; 100,000 samples in 20 shards here, made once in ``--data``), and
 ``work(sample)`` waits D, then returns ``(json, bin)`` as they are; each loader collates the
 batches its own default way (lists of bytes). The peers read with shardstream's reader too
-(``ss.Dataset``'s raw samples): the rows differ in what runs around the work.
+(``ss.ShardStream``'s raw samples): the rows differ in what runs around the work.
 
 **Measurement.** Each row makes its loader, runs a few unmeasured batches (threads and processes
 start, imports), then times one pass of ``count`` samples from ``iter()`` to the last batch:
@@ -193,7 +193,7 @@ class PoolRunner:
     def batches(self, count: int) -> Iterator[Any]:
         import shardstream as ss
 
-        samples = itertools.islice(ss.Dataset(self.urls, shuffle_shards=False), count)
+        samples = itertools.islice(ss.ShardStream(self.urls, shuffle_shards=False), count)
         if self.chunked:
             task = RunTask(self.work, self.collate)
             yield from window_map(self.pool, task, _runs(samples, BATCH), self.depth)
@@ -275,7 +275,7 @@ def rows_for(urls: list[str], work: Work, cores: list[int], workers: list[int], 
 
     def ours(threads: int, processes: int) -> Callable[[], Runner]:
         def make() -> Runner:
-            dataset = ss.Dataset(urls, shuffle_shards=False).map(work)
+            dataset = ss.ShardStream(urls, shuffle_shards=False).map(work)
             return LoaderRunner(
                 ss.Loader(dataset, batch_size=BATCH, num_threads=threads, num_workers=processes)
             )
@@ -284,7 +284,7 @@ def rows_for(urls: list[str], work: Work, cores: list[int], workers: list[int], 
 
     def nodes(threads: int, prebatch: int | None) -> Callable[[], Runner]:
         def make() -> Runner:
-            source = ss.Dataset(urls, shuffle_shards=False)
+            source = ss.ShardStream(urls, shuffle_shards=False)
             return LoaderRunner(_torchdata.sample_loader(source, work, threads, BATCH, prebatch=prebatch))
 
         return make

@@ -4,7 +4,7 @@ Tiny samples (one ~100-byte ``txt`` member: 100,000 samples in 10 shards) are th
 the per-sample work is smallest, so a fixed cost per sample weighs most. Three cases, each run
 alternately with telemetry off and on in the same process, on the same files:
 
-* **plain**: ``Dataset(urls).decode().to_tuple("__key__", "txt").batched(64)`` iterated in this
+* **plain**: ``ShardStream(urls).decode().to_tuple("__key__", "txt").batched(64)`` iterated in this
   process;
 * **plain + 10 us map**: the same with ``.map()`` of about 10 us of work per sample after
   ``decode``, so that it runs near the 50,000 samples/s of the target;
@@ -47,7 +47,7 @@ def _work(sample: dict[str, object]) -> dict[str, object]:
 def _pipeline(urls: list[str], telemetry: bool, work: bool = False) -> object:
     import shardstream as ss
 
-    ds = ss.Dataset(urls, shuffle_shards=False, telemetry=telemetry).decode()
+    ds = ss.ShardStream(urls, shuffle_shards=False, telemetry=telemetry).decode()
     if work:
         ds = ds.map(_work)
     return ds.to_tuple("__key__", "txt").batched(64)
@@ -115,7 +115,7 @@ from shardstream.telemetry import clock as _telemetry_clock
 _telemetry_clock.SLOW_NS = 10**12
 urls = {urls!r}
 def build(on):
-    ds = ss.Dataset(urls, shuffle_shards=False, telemetry=on)
+    ds = ss.ShardStream(urls, shuffle_shards=False, telemetry=on)
     return ds.decode().to_tuple("__key__", "txt").batched(64)
 for on in (False, True):  # warm both code paths alike
     it = iter(build(on)); next(it); it.close()
@@ -178,7 +178,7 @@ def main() -> None:
         "",
         f"- machine: {machine_line()}",
         f"- data: {expect:,} tiny samples (one ~100-byte txt member) in {TINY_SPEC[1]} local shards",
-        "- pipeline: `Dataset(urls).decode().to_tuple('__key__', 'txt').batched(64)`",
+        "- pipeline: `ShardStream(urls).decode().to_tuple('__key__', 'txt').batched(64)`",
         f"- plain: {args.rounds} rounds over {args.shards} shards; WebLoader: {args.loader_rounds} rounds "
         "over all shards; off/on alternate, the order flips each round, one warm-up pass each",
         "- time: best (least disturbed) pass of each side; CPU: this process and its reaped workers",

@@ -40,7 +40,7 @@ BATCH = 16
 def _pipeline(urls: list[str]) -> Any:
     import shardstream as ss
 
-    return ss.Dataset(urls).decode("rgb8").to_tuple("jpg", "cls").batched(BATCH)
+    return ss.ShardStream(urls).decode("rgb8").to_tuple("jpg", "cls").batched(BATCH)
 
 
 def _epoch(make: Callable[[], Any], *, epochs: int = 1) -> tuple[float, float]:

@@ -50,7 +50,7 @@ def killed_writer(root: Path) -> str:
     names = sorted(os.listdir(root))
     final = [n for n in names if n.endswith(".tar")]
     assert final == [f"shard-00000{k}.tar" for k in range(3)], names
-    keys = [s["__key__"] for s in ss.Dataset([str(root / n) for n in final], shuffle_shards=False)]
+    keys = [s["__key__"] for s in ss.ShardStream([str(root / n) for n in final], shuffle_shards=False)]
     assert len(keys) == 150
     hidden = [n for n in names if ".partial~" in n]
     return f"killed in shard 3: shards 0-2 whole (150 samples read), no shard-000003.tar; hidden: {hidden}"
@@ -64,13 +64,13 @@ def rewritten_shards(root: Path) -> str:
         return [str(root / f"s-{k:02d}.tar") for k in range(5)]
 
     urls = write(100)
-    ds = ss.Dataset(urls, seed=1)
+    ds = ss.ShardStream(urls, seed=1)
     it = iter(ds)
     for _ in range(370):
         next(it)
     state = json.loads(json.dumps(ds.state_dict()))
     write(150)
-    resumed = ss.Dataset(urls, seed=1)
+    resumed = ss.ShardStream(urls, seed=1)
     resumed.load_state_dict(state)
     try:
         list(resumed)

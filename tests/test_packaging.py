@@ -64,7 +64,7 @@ def test_build_install_and_smoke_test_in_a_fresh_venv(tmp_path: Path) -> None:
         "assert ss.__file__.startswith(sys.prefix), ss.__file__\n"
         "with ss.ShardWriter('out/t-%06d.tar', maxcount=5) as w:\n"
         "    [w.write({'__key__': f'k{i}', 'cls': i}) for i in range(12)]\n"
-        "print(sum(s['cls'] for s in ss.Dataset('out/t-{000000..000002}.tar').decode()))\n"
+        "print(sum(s['cls'] for s in ss.ShardStream('out/t-{000000..000002}.tar').decode()))\n"
     )
     assert _ok(python, "-c", code, cwd=tmp_path).stdout.strip() == str(sum(range(12)))
     assert _ok(script, "verify", str(tmp_path / "out"), cwd=tmp_path).stdout.endswith("0 problems\n")

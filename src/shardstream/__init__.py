@@ -3,7 +3,7 @@
 The native API (typed; the guide and the API reference are in ``docs/``)::
 
     import shardstream as ss
-    ds = ss.Dataset(urls, split=ss.SplitPolicy("equal", batch_size=64), cache=ss.CachePolicy("/cache"))
+    ds = ss.ShardStream(urls, split=ss.SplitPolicy("equal", batch_size=64), cache=ss.CachePolicy("/cache"))
 
 ``import shardstream as wds`` works for code written against WebDataset 1.0.2: its names are
 thin re-exports from :mod:`shardstream.compat` (``docs/migrating-from-webdataset.md`` lists the
@@ -59,12 +59,12 @@ if _TYPE_CHECKING:
     from .compat.tariterators import tarfile_samples, tarfile_to_samples
     from .compat.utils import repeatedly
     from .compat.webdataset import WebDataset, check_empty
-    from .datasets.dataset import Dataset
     from .datasets.mix import Mix
     from .datasets.object_dataset import ObjectDataset
     from .datasets.object_stream import ObjectStream
     from .datasets.policy import CachePolicy, SplitPolicy
     from .datasets.shard_dataset import ShardDataset
+    from .datasets.shard_stream import ShardStream
     from .decoders import AudioWindows, VideoClips, register_decoder, video_info
     from .errors import (
         AccessDeniedError,
@@ -178,7 +178,7 @@ _MODULES: dict[str, str] = {
     ),
     "shardstream.pipeline.seams": "Stateful",
     "shardstream.pipeline.batch": "Expand batched default_collation_fn listed unbatched unlisted",
-    "shardstream.datasets.dataset": "Dataset",
+    "shardstream.datasets.shard_stream": "ShardStream",
     "shardstream.datasets.mix": "Mix",
     "shardstream.pipeline.decode": "decode",
     "shardstream.pipeline.annotate": "associate info",
@@ -224,7 +224,6 @@ __all__ = [
     "AudioWindows",
     "CachePolicy",
     "CachedSource",
-    "Dataset",
     "EpochPlan",
     "Loader",
     "Mix",
@@ -233,6 +232,7 @@ __all__ = [
     "SchemeRouter",
     "ShardCache",
     "ShardDataset",
+    "ShardStream",
     "ShardWriter",
     "Source",
     "SplitPolicy",
@@ -378,7 +378,25 @@ __all__ += [
 ]
 
 
+#: Names renamed, kept for a minor release with a DeprecationWarning (docs/versioning.md): old -> new.
+#: ``Dataset`` became ``ShardStream`` so that the names of the front doors say how they are read:
+#: ``ShardStream`` and ``ObjectStream`` iterate, ``ShardDataset`` and ``ObjectDataset`` are
+#: map-style (any sampler), as torch's own ``Dataset`` is.
+_RENAMED = {"Dataset": "ShardStream"}
+
+
 def __getattr__(name: str) -> _Any:
+    renamed = _RENAMED.get(name)
+    if renamed is not None:
+        import warnings
+
+        warnings.warn(
+            f"shardstream.{name} is deprecated; use shardstream.{renamed}, the same class under a "
+            f"name that says it iterates (ShardDataset is the map-style one)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return __getattr__(renamed)
     module_name = _EXPORTS.get(name)
     if module_name is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

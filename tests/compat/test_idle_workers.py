@@ -46,10 +46,10 @@ def test_one_shard_eight_workers_pipeline_agrees(both: tuple[str, ModuleType], m
             assert [key for key, _ in loader] == keys
 
 
-@pytest.mark.parametrize("kind", ["WebDataset", "Dataset"])
+@pytest.mark.parametrize("kind", ["WebDataset", "ShardStream"])
 def test_one_shard_eight_workers_dataset(kind: str, make_shards) -> None:
     spec, keys = make_shards([20])
-    ds = ss.WebDataset(spec, shardshuffle=False) if kind == "WebDataset" else ss.Dataset(spec)
+    ds = ss.WebDataset(spec, shardshuffle=False) if kind == "WebDataset" else ss.ShardStream(spec)
     with ss.WebLoader(ds.to_tuple("__key__", "cls"), batch_size=None, num_workers=8) as loader:
         assert sorted(key for key, _ in loader) == keys
 

@@ -46,5 +46,5 @@ def test_webdataset_reads_the_same_samples_from_a_spec_with_a_variable(
     theirs = [s["__key__"] for s in wds_items(wds.WebDataset(with_variable, shardshuffle=False))]
     ours = [s["__key__"] for s in ss.WebDataset(with_variable, shardshuffle=False)]
     assert ours == theirs == keys
-    native = ss.Dataset(with_variable, shuffle_shards=False)
+    native = ss.ShardStream(with_variable, shuffle_shards=False)
     assert [s["__key__"] for s in native] == keys

@@ -97,11 +97,11 @@ CASES: dict[str, Callable[[Path], ss.DataPipeline]] = {
         ss.PlannedSamples(urls(r), mode="resampled", epoch_size=25), world=World(0, 2)
     ),
     "dataset_equal": lambda r: (
-        ss.Dataset(urls(r), split=ss.SplitPolicy("equal", batch_size=2), seed=9)
+        ss.ShardStream(urls(r), split=ss.SplitPolicy("equal", batch_size=2), seed=9)
         .decode()
         .to_tuple("txt", "cls")
     ),
-    "dataset_shards": lambda r: ss.Dataset(urls(r), seed=2).shuffle(10).decode(),
+    "dataset_shards": lambda r: ss.ShardStream(urls(r), seed=2).shuffle(10).decode(),
     "webdataset": lambda r: (
         ss.WebDataset(urls(r), shardshuffle=True, seed=4).shuffle(8).decode().to_tuple("txt", "cls")
     ),
@@ -135,23 +135,28 @@ CASES: dict[str, Callable[[Path], ss.DataPipeline]] = {
     "with_epoch": lambda r: _base(r, ss.shuffle(5), seed=2).with_epoch(17),
     "repeat": lambda r: _base(r, ss.listed(7)).repeat(2),
     "mix_all_exhausted+shuffle": lambda r: ss.Mix(
-        [ss.Dataset(urls(r)[:2], seed=1), ss.Dataset(urls(r)[2:3], seed=2).shuffle(3)],
+        [ss.ShardStream(urls(r)[:2], seed=1), ss.ShardStream(urls(r)[2:3], seed=2).shuffle(3)],
         weights=[0.4, 0.6],
         stop="all_exhausted",
         seed=5,
     ).shuffle(6),
     "mix_equal_first_exhausted": lambda r: ss.Mix(
         [
-            ss.Dataset(urls(r)[:3], split=ss.SplitPolicy("equal", batch_size=2), seed=s, world=World(1, 2))
+            ss.ShardStream(
+                urls(r)[:3], split=ss.SplitPolicy("equal", batch_size=2), seed=s, world=World(1, 2)
+            )
             for s in (3, 4)
         ]
-        + [ss.Dataset(urls(r)[3:], split=ss.SplitPolicy("equal", batch_size=2), seed=5)],
+        + [ss.ShardStream(urls(r)[3:], split=ss.SplitPolicy("equal", batch_size=2), seed=5)],
         weights=[0.5, 0.3, 0.2],
     ).decode(),
     "random_mix": lambda r: ss.RandomMix(
-        [ss.Dataset(urls(r)[:3], seed=1), ss.Dataset(urls(r)[3:], seed=2)], probs=[1, 2], longest=True, seed=3
+        [ss.ShardStream(urls(r)[:3], seed=1), ss.ShardStream(urls(r)[3:], seed=2)],
+        probs=[1, 2],
+        longest=True,
+        seed=3,
     ),
-    "round_robin": lambda r: ss.RoundRobin([ss.Dataset(urls(r)[:2]), ss.Dataset(urls(r)[2:])]),
+    "round_robin": lambda r: ss.RoundRobin([ss.ShardStream(urls(r)[:2]), ss.ShardStream(urls(r)[2:])]),
     "plain_function_replays": lambda r: _base(r, ss.decode(), _plain_double),
     "cached_replays": lambda r: _base(r, ss.Cached()),
 }

@@ -92,9 +92,9 @@ def test_mismatched_state_is_refused(shard_root: Path) -> None:
         list(other)  # the shape check still refuses it
     with pytest.raises(StateError, match="epoch"):
         other.load_state_dict({"nodes": [], "fingerprint": state["fingerprint"]})
-    seeded = ss.Dataset(str(shard_root / "part0-00.tar"), seed=1)
+    seeded = ss.ShardStream(str(shard_root / "part0-00.tar"), seed=1)
     with pytest.raises(StateError, match="seed: saved 1, now 2"):
-        ss.Dataset(str(shard_root / "part0-00.tar"), seed=2).load_state_dict(seeded.state_dict())
+        ss.ShardStream(str(shard_root / "part0-00.tar"), seed=2).load_state_dict(seeded.state_dict())
 
 
 def test_every_builtin_stage_class_is_covered() -> None:

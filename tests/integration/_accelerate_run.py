@@ -27,7 +27,7 @@ STOP_AFTER = 4
 
 def main(MODE: str) -> None:
     urls = sorted(glob.glob(f"{ROOT}/*.tar"))
-    dataset = ss.Dataset(urls, seed=2).shuffle(10).decode().to_tuple("__key__", "cls")
+    dataset = ss.ShardStream(urls, seed=2).shuffle(10).decode().to_tuple("__key__", "cls")
     loader = ss.Loader(dataset, batch_size=4, num_threads=2, num_workers=2 if KIND == "processes" else 0)
     accelerator = Accelerator(cpu=True)
     model = torch.nn.Linear(1, 1)

@@ -36,7 +36,7 @@ def main() -> None:
     policy = ss.CachePolicy(job["cache_dir"], job["cache_size"])
     keys = []
     for _ in range(2):  # a second epoch: hits for what was cached, direct reads for the rest
-        ds = ss.Dataset(job["urls"], shuffle_shards=False, cache=policy, read_ahead=False)
+        ds = ss.ShardStream(job["urls"], shuffle_shards=False, cache=policy, read_ahead=False)
         keys.append([s["__key__"] + ":" + s["txt"].decode() for s in ds])
     with open(sys.argv[2], "w") as f:
         json.dump({"keys": keys, "warnings": handler.messages}, f)

@@ -24,9 +24,9 @@ def _odd_only(sample: dict[str, Any]) -> dict[str, Any] | None:
 
 def pipeline(case: str, urls: list[str]) -> Any:
     if case == "shuffled":  # shuffle buffer before the per-sample stages, a dropping map after
-        return ss.Dataset(urls, seed=3).shuffle(20).decode().map(_odd_only).to_tuple("__key__", "cls")
+        return ss.ShardStream(urls, seed=3).shuffle(20).decode().map(_odd_only).to_tuple("__key__", "cls")
     if case == "equal":  # the epoch planner: every rank the same number of batches
-        ds = ss.Dataset(urls, seed=5, split=ss.SplitPolicy("equal", batch_size=4))
+        ds = ss.ShardStream(urls, seed=5, split=ss.SplitPolicy("equal", batch_size=4))
         return ds.decode().to_tuple("__key__", "cls")
     if case == "webdataset":
         return ss.WebDataset(urls, shardshuffle=True, seed=7).shuffle(10).decode().to_tuple("__key__", "cls")

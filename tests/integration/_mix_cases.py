@@ -22,15 +22,18 @@ def write_shards(root: Path) -> list[str]:
 def pipeline(case: str, urls: list[str]) -> Any:
     if case == "shuffled":  # restarts (all_exhausted), a shuffled source, a buffer after the mixture
         sources = [  # per-sample stages inside the sources (on ss.Loader's threads in thread mode)
-            ss.Dataset(urls[:3], seed=3).decode(),
-            ss.Dataset(urls[3:5], seed=4).shuffle(10).decode(),
-            ss.Dataset(urls[5:], seed=5).decode(),
+            ss.ShardStream(urls[:3], seed=3).decode(),
+            ss.ShardStream(urls[3:5], seed=4).shuffle(10).decode(),
+            ss.ShardStream(urls[5:], seed=5).decode(),
         ]
         mix = ss.Mix(sources, weights=[0.5, 0.3, 0.2], stop="all_exhausted", seed=1)
         return mix.shuffle(20).to_tuple("__key__", "cls")
     if case == "equal":  # planned sources: every rank the same number of batches
         policy = ss.SplitPolicy("equal", batch_size=4)
-        sources = [ss.Dataset(urls[:4], seed=5, split=policy), ss.Dataset(urls[4:], seed=6, split=policy)]
+        sources = [
+            ss.ShardStream(urls[:4], seed=5, split=policy),
+            ss.ShardStream(urls[4:], seed=6, split=policy),
+        ]
         return ss.Mix(sources, weights=[0.6, 0.4]).to_tuple("__key__", "cls")
     raise ValueError(case)
 

@@ -1,7 +1,7 @@
 """Child process of test_proxies: read (and write) through whatever proxy and CA bundle its
 environment names. ``python _proxy_job.py job.json out.json``.
 
-Job keys (each optional): ``shards`` (URLs read with ss.Dataset), ``each`` (URLs opened one by one
+Job keys (each optional): ``shards`` (URLs read with ss.ShardStream), ``each`` (URLs opened one by one
 with ``open_url``, each with its own result: the sample keys of the shard, or the error; torch is
 not imported for these), ``objects`` (an S3 prefix read with ObjectDataset: one
 sample alone, then a batch), ``write`` (a URL written and read back), ``storage_options``,
@@ -60,7 +60,7 @@ def main() -> None:
     out["each"] = each
     try:
         if job.get("shards"):
-            ds = ss.Dataset(job["shards"], shuffle_shards=False, storage_options=opts, cache=None)
+            ds = ss.ShardStream(job["shards"], shuffle_shards=False, storage_options=opts, cache=None)
             out["keys"] = [s["__key__"] for s in ds]
         if job.get("objects"):
             objects = ss.ObjectDataset(job["objects"], storage_options=opts)

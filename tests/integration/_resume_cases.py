@@ -29,10 +29,10 @@ def write_shards(root: Path, counts: list[int] = COUNTS, *, text: bool = False) 
 
 def make(case: str, urls: list[str], num_workers: int) -> ss.WebLoader:
     if case == "shuffled":
-        ds: Any = ss.Dataset(urls, seed=3).shuffle(20).to_tuple("__key__").batched(4)
+        ds: Any = ss.ShardStream(urls, seed=3).shuffle(20).to_tuple("__key__").batched(4)
     elif case == "equal":
         ds = (
-            ss.Dataset(urls, seed=5, split=ss.SplitPolicy("equal", batch_size=4))
+            ss.ShardStream(urls, seed=5, split=ss.SplitPolicy("equal", batch_size=4))
             .to_tuple("__key__")
             .batched(4)
         )

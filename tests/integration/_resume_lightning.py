@@ -71,9 +71,9 @@ def make_loader(dataset: Any) -> Any:
 if __name__ == "__main__":
     urls = sorted(glob.glob(f"{ROOT}/*.tar"))
     if DEVICES == 1:
-        dataset = ss.Dataset(urls, seed=2)
+        dataset = ss.ShardStream(urls, seed=2)
     else:  # every rank the same number of batches, as DDP needs
-        dataset = ss.Dataset(urls, seed=2, split=ss.SplitPolicy("equal", batch_size=4))
+        dataset = ss.ShardStream(urls, seed=2, split=ss.SplitPolicy("equal", batch_size=4))
     dataset = dataset.shuffle(10).decode().to_tuple("__key__", "cls").batched(4)
     loader = make_loader(dataset)
     model = Model()

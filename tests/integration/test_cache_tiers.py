@@ -28,7 +28,9 @@ SHARDS, SAMPLES = 6, 8
 def _read(urls: list[str], tiers: list[str], epochs: int) -> None:
     policy = ss.CachePolicy(tiers, ["50M", None])
     for _ in range(epochs):
-        keys = [s["__key__"] for s in ss.Dataset(urls, shuffle_shards=False, cache=policy, read_ahead=False)]
+        keys = [
+            s["__key__"] for s in ss.ShardStream(urls, shuffle_shards=False, cache=policy, read_ahead=False)
+        ]
         assert len(keys) == SHARDS * SAMPLES
 
 

@@ -1,4 +1,4 @@
-"""The native ``ss.Dataset(urls)`` default under real ranks (spawned processes, gloo).
+"""The native ``ss.ShardStream(urls)`` default under real ranks (spawned processes, gloo).
 
 ShardWriter output whose last shard is short (20, 20, 20, 20, 10 samples): whole shards per rank,
 the old default, gave rank 0 three shards and rank 1 two (13-15 against 8-10 batches of 4), and a
@@ -51,7 +51,7 @@ def rank_main(rank: int, world_size: int, port: int, spec: str, remote: str, out
     import torch.distributed as dist
     from torch.utils.data import DataLoader
 
-    early = ss.Dataset(spec)  # built before the process group: for one rank
+    early = ss.ShardStream(spec)  # built before the process group: for one rank
     dist.init_process_group(
         "gloo",
         init_method=f"tcp://127.0.0.1:{port}",
@@ -61,7 +61,7 @@ def rank_main(rank: int, world_size: int, port: int, spec: str, remote: str, out
     )
     report: dict[str, Any] = {}
     try:
-        dataset = ss.Dataset(spec)  # the default, with the world known
+        dataset = ss.ShardStream(spec)  # the default, with the world known
         report["split"] = dataset.split.mode
         for workers in (0, 2):
             web = ss.WebLoader(dataset.batched(BATCH), batch_size=None, num_workers=workers)
@@ -81,7 +81,7 @@ def rank_main(rank: int, world_size: int, port: int, spec: str, remote: str, out
         except ss.ConfigurationError as exc:
             report["early"] = str(exc)
         try:
-            ss.Dataset(remote)
+            ss.ShardStream(remote)
         except ss.ConfigurationError as exc:
             report["remote"] = str(exc)
         Path(out).write_text(json.dumps(report))
@@ -98,7 +98,7 @@ def test_the_default_gives_every_rank_the_same_batches(tmp_path: Path, http_serv
         for i in range(sum(COUNTS)):
             sink.write({"__key__": f"k{i:04d}", "cls": i})
     served = sorted(directory.glob("*.tar"))
-    assert [len(list(ss.Dataset(str(p), split="shards"))) for p in served] == COUNTS
+    assert [len(list(ss.ShardStream(str(p), split="shards"))) for p in served] == COUNTS
     for p in served:  # the same shards over HTTP, without their index
         http_server.write(f"unindexed/{p.name}", p.read_bytes())
     remote = http_server.url_for("unindexed/part-{000000..000004}.tar")

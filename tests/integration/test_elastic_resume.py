@@ -73,7 +73,9 @@ def test_another_global_batch_is_refused_naming_both(urls: list[str]) -> None:
     state = loader.state_dict()
     loader.close()
     other = ss.WebLoader(
-        ss.Dataset(urls, seed=5, split=ss.SplitPolicy("equal", batch_size=5)).to_tuple("__key__").batched(5),
+        ss.ShardStream(urls, seed=5, split=ss.SplitPolicy("equal", batch_size=5))
+        .to_tuple("__key__")
+        .batched(5),
         batch_size=None,
         num_workers=2,
     )
@@ -95,7 +97,7 @@ def test_a_world_size_change_needs_every_ranks_state(urls: list[str]) -> None:
 
 def test_a_stage_that_cannot_be_resplit_is_named(urls: list[str]) -> None:
     def build(workers: int) -> ss.WebLoader:
-        ds = ss.Dataset(urls, seed=3).rsample(0.7).to_tuple("__key__").batched(4)
+        ds = ss.ShardStream(urls, seed=3).rsample(0.7).to_tuple("__key__").batched(4)
         return ss.WebLoader(ds, batch_size=None, num_workers=workers)
 
     loader = build(2)
@@ -132,7 +134,7 @@ def _rank_main(
         batch = GLOBAL_BATCH // world
 
         def loader() -> ss.WebLoader:
-            ds = ss.Dataset(urls, seed=9, split=ss.SplitPolicy("equal", batch_size=batch))
+            ds = ss.ShardStream(urls, seed=9, split=ss.SplitPolicy("equal", batch_size=batch))
             return ss.WebLoader(ds.to_tuple("__key__").batched(batch), batch_size=None, num_workers=2)
 
         report: dict[str, Any] = {}
@@ -195,7 +197,7 @@ def test_two_ranks_resume_on_three_with_the_same_global_batch(tmp_path: Path) ->
 def test_a_rank_state_loaded_on_another_rank_is_refused(urls: list[str]) -> None:
     def build(rank: int) -> ss.WebLoader:
         world = ss.World(rank=rank, world_size=2)
-        ds = ss.Dataset(urls, seed=5, world=world, split=ss.SplitPolicy("equal", batch_size=2))
+        ds = ss.ShardStream(urls, seed=5, world=world, split=ss.SplitPolicy("equal", batch_size=2))
         return ss.WebLoader(ds.to_tuple("__key__").batched(2), batch_size=None, num_workers=0)
 
     loader = build(1)
@@ -214,7 +216,7 @@ def test_each_rank_keeps_its_own_rest_over_other_workers(urls: list[str]) -> Non
 
     def build(rank: int, workers: int) -> ss.WebLoader:
         world = ss.World(rank=rank, world_size=2)
-        ds = ss.Dataset(urls, seed=5, world=world, split=ss.SplitPolicy("equal", batch_size=4))
+        ds = ss.ShardStream(urls, seed=5, world=world, split=ss.SplitPolicy("equal", batch_size=4))
         return ss.WebLoader(ds.to_tuple("__key__").batched(4), batch_size=None, num_workers=workers)
 
     for rank in (0, 1):

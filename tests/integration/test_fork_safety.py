@@ -223,7 +223,7 @@ def test_forked_dataloader_while_the_cache_fills_and_a_pool_is_active(
     try:
         started = time.monotonic()
         for _ in range(ROUNDS):
-            dataset = ss.Dataset(urls, cache=ss.CachePolicy(cache_dir), shuffle_shards=False)
+            dataset = ss.ShardStream(urls, cache=ss.CachePolicy(cache_dir), shuffle_shards=False)
             loader = torch_data.DataLoader(
                 dataset, batch_size=None, num_workers=2, multiprocessing_context="fork", timeout=60
             )

@@ -198,7 +198,7 @@ def test_telemetry_starts_no_thread(tmp_path: Path) -> None:
         for i in range(40):
             sink.write({"__key__": f"k{i:03d}", "cls": i})
     before = set(threading.enumerate())
-    dataset = ss.Dataset(str(tmp_path / "t-{000000..000001}.tar"), telemetry=True).decode()
+    dataset = ss.ShardStream(str(tmp_path / "t-{000000..000001}.tar"), telemetry=True).decode()
     seen = [set(threading.enumerate()) - before for _ in dataset]
     assert len(seen) == 40 and not any(seen)
 

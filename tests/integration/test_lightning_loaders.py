@@ -73,7 +73,7 @@ def shards(make_shards) -> tuple[str, list[str]]:
 
 
 def _dataset(spec: str) -> Any:
-    return ss.Dataset(spec, seed=1).decode().to_tuple("__key__", "cls")
+    return ss.ShardStream(spec, seed=1).decode().to_tuple("__key__", "cls")
 
 
 def _loader(kind: str, spec: str) -> Any:

@@ -36,7 +36,7 @@ def urls(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
 
 def _keys(urls: list[str], *stages: Any) -> Any:
     """The shards in order, ``(key, cls)`` samples (no shuffle: batches are easy to predict)."""
-    ds = ss.Dataset(urls, shuffle_shards=False).decode()
+    ds = ss.ShardStream(urls, shuffle_shards=False).decode()
     for stage in stages:
         ds = ds.map(stage)
     return ds.to_tuple("__key__", "cls")
@@ -214,7 +214,10 @@ def timeout(urls: list[str], mode: str, tmp: Path) -> None:
 def worker_init_fn(urls: list[str], mode: str, tmp: Path) -> None:
     if mode == "threads":
         _refused(
-            urls, mode, r"worker_init_fn=.*num_workers=0.*Dataset\(seed=\)", worker_init_fn=_RecordInit("x")
+            urls,
+            mode,
+            r"worker_init_fn=.*num_workers=0.*ShardStream\(seed=\)",
+            worker_init_fn=_RecordInit("x"),
         )
         return
     with _loader(urls, mode, _with_pid, worker_init_fn=_RecordInit(str(tmp))) as loader:

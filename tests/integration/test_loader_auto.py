@@ -66,7 +66,7 @@ def _passing(samples: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
 
 
 def _pipeline(urls: list[str], fn: Any, *, shuffled: bool = False) -> Any:
-    ds = ss.Dataset(urls, shuffle_shards=shuffled, seed=11)
+    ds = ss.ShardStream(urls, shuffle_shards=shuffled, seed=11)
     if shuffled:
         ds = ds.shuffle(64)
     return ds.map(fn).to_tuple("__key__", "cls")
@@ -328,7 +328,7 @@ _CHILD = textwrap.dedent(
             f.write(str(os.getpid()))
     if sys.argv[3]:
         os.sched_setaffinity(0, {int(sys.argv[3])})
-    dataset = ss.Dataset(json.loads(sys.argv[1]), shuffle_shards=False).to_tuple("__key__")
+    dataset = ss.ShardStream(json.loads(sys.argv[1]), shuffle_shards=False).to_tuple("__key__")
     with ss.Loader(dataset, batch_size=8) as loader:
         n = sum(len(b[0]) for b in loader)
         print(json.dumps({"n": n, "auto": loader.stats()["auto"], "threads": loader.num_threads}))
@@ -419,7 +419,7 @@ def test_with_several_ranks_processes_keep_thread_modes_batch_count(urls: list[s
     ranks waiting at a collective, so with several ranks the loader keeps threads then."""
     pytest.importorskip("torch")
     world = ss.World(rank=0, world_size=2)
-    ds = ss.Dataset(urls, shuffle_shards=False, world=world).map(_spin).to_tuple("__key__", "cls")
+    ds = ss.ShardStream(urls, shuffle_shards=False, world=world).map(_spin).to_tuple("__key__", "cls")
     with ss.Loader(ds, batch_size=BATCH) as loader:
         counted = len(loader)
         epochs = _until_chosen(loader)

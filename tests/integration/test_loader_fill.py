@@ -59,7 +59,7 @@ def urls(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
 
 
 def _staged(urls: list[str], spec: str = "rgb8", **kw: Any) -> Any:
-    return ss.Dataset(urls, shuffle_shards=False).decode(spec, **kw).to_tuple("jpg", "cls")
+    return ss.ShardStream(urls, shuffle_shards=False).decode(spec, **kw).to_tuple("jpg", "cls")
 
 
 def _eager(urls: list[str], spec: str = "rgb8") -> list[tuple[np.ndarray[Any, Any], int]]:
@@ -146,7 +146,9 @@ def test_value_moving_stages_after_decode_still_defer(
     urls: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def pipeline() -> Any:
-        return ss.Dataset(urls, shuffle_shards=False, seed=3).decode("rgb8").shuffle(8).rename(image="jpg")
+        return (
+            ss.ShardStream(urls, shuffle_shards=False, seed=3).decode("rgb8").shuffle(8).rename(image="jpg")
+        )
 
     def rows(samples: list[dict[str, Any]]) -> list[tuple[str, bytes]]:
         return [(s["__key__"], np.asarray(s["image"]).tobytes()) for s in samples]
@@ -159,7 +161,7 @@ def test_value_moving_stages_after_decode_still_defer(
     assert fills.count == len(reference)
 
     # a mixture of a deferring source and one a map reads: columns of both kinds in one batch
-    deferring = ss.Dataset(urls[:1], shuffle_shards=False).decode("rgb8")
+    deferring = ss.ShardStream(urls[:1], shuffle_shards=False).decode("rgb8")
     mixed = ss.Mix([deferring, _raw(urls[1:])], weights=[1, 1])
     with ss.Loader(mixed.to_tuple("__key__", "jpg"), batch_size=4, num_threads=2) as loader:
         got = [(k, x.tobytes()) for keys, batch in loader for k, x in zip(keys, batch.numpy(), strict=True)]
@@ -169,7 +171,7 @@ def test_value_moving_stages_after_decode_still_defer(
 
 def _raw(urls: list[str]) -> Any:
     """A mixture source decoded eagerly (a map reads the value): arrays beside deferred ones."""
-    return ss.Dataset(urls, shuffle_shards=False).decode("rgb8").map_dict(jpg=np.ascontiguousarray)
+    return ss.ShardStream(urls, shuffle_shards=False).decode("rgb8").map_dict(jpg=np.ascontiguousarray)
 
 
 def test_a_bad_jpeg_fails_or_is_skipped_as_in_the_stage(tmp_path: Path) -> None:
@@ -181,7 +183,7 @@ def test_a_bad_jpeg_fails_or_is_skipped_as_in_the_stage(tmp_path: Path) -> None:
     message = str(caught.value)
     assert BAD in message and "shard-1.tar" in message and "'jpg'" in message
 
-    skipping = ss.Dataset(urls, shuffle_shards=False).decode("rgb8", handler=ss.warn_and_continue)
+    skipping = ss.ShardStream(urls, shuffle_shards=False).decode("rgb8", handler=ss.warn_and_continue)
     loader = ss.Loader(skipping.to_tuple("__key__", "jpg"), batch_size=4, num_threads=2)
     with loader, pytest.warns(UserWarning, match=f"{BAD}.*skipped"):
         keys = [k for batch_keys, _ in loader for k in batch_keys]

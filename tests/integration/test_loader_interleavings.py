@@ -69,7 +69,7 @@ def _drop_some(sample: dict[str, Any]) -> dict[str, Any] | None:
 
 def _text_pipeline(urls: list[str]) -> Any:
     return (
-        ss.Dataset(urls, seed=11)
+        ss.ShardStream(urls, seed=11)
         .shuffle(16)
         .decode()
         .map(_jitter, handler=ss.ignore_and_continue)
@@ -123,7 +123,7 @@ def jpeg_urls(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
 
 
 def _jpeg_pipeline(urls: list[str]) -> Any:
-    return ss.Dataset(urls, shuffle_shards=False).decode("rgb8").to_tuple("jpg", "cls")
+    return ss.ShardStream(urls, shuffle_shards=False).decode("rgb8").to_tuple("jpg", "cls")
 
 
 def test_rows_decoded_into_shared_batches_are_each_written_once(
@@ -179,7 +179,7 @@ def _slow_jitter(sample: dict[str, Any]) -> dict[str, Any]:
 
 def _chunked_pipeline(urls: list[str]) -> Any:
     return (
-        ss.Dataset(urls, shuffle_shards=False)
+        ss.ShardStream(urls, shuffle_shards=False)
         .decode()
         .map(_slow_jitter, handler=ss.ignore_and_continue)
         .map(_drop_some)

@@ -49,7 +49,7 @@ def _ours() -> set[str]:
 
 
 def _pipeline(urls: list[str], slow: float = 0.0) -> Any:
-    ds = ss.Dataset(urls, seed=1).decode().to_tuple("npy", "cls")
+    ds = ss.ShardStream(urls, seed=1).decode().to_tuple("npy", "cls")
     if slow:
         ds = ds.map(_Sleep(slow))
     return ds
@@ -171,7 +171,7 @@ def test_tensors_outside_the_buffers_never_take_a_descriptor_each(urls: list[str
     buffers; torch's queue would send each through a fresh segment and a file descriptor over a
     new socket (0.5 ms a tensor). They cross inside the batch's pickle instead, a custom
     collate's large tensor is copied into a buffer; only a dtype numpy lacks goes torch's way."""
-    ds = ss.Dataset(urls, seed=1).decode().to_tuple("npy", "cls")
+    ds = ss.ShardStream(urls, seed=1).decode().to_tuple("npy", "cls")
     with ss.Loader(ds, batch_size=8, num_workers=2) as loader:  # the default collate
         got = sorted(sum((_check(b) for b in loader), []))
         shared = loader.stats()["shared_buffers"]

@@ -153,8 +153,10 @@ def test_thread_mode_decodes_one_batch_on_several_threads(
         threads_of_row[id(out)] = threading.current_thread().name
 
     monkeypatch.setattr(image_module.ImageHandler, "_fill", recorded)
-    reference = [(np.asarray(x), int(y)) for x, y in ss.Dataset(urls).decode("rgb8").to_tuple("jpg", "cls")]
-    pipeline = ss.Dataset(urls).decode("rgb8", jpeg_backend="simplejpeg").to_tuple("jpg", "cls")
+    reference = [
+        (np.asarray(x), int(y)) for x, y in ss.ShardStream(urls).decode("rgb8").to_tuple("jpg", "cls")
+    ]
+    pipeline = ss.ShardStream(urls).decode("rgb8", jpeg_backend="simplejpeg").to_tuple("jpg", "cls")
     with ss.Loader(pipeline, batch_size=96, num_threads=2) as loader:
         (images, labels), *rest = list(loader)  # one batch: nothing else for the other thread to do
     assert not rest and isinstance(images, torch.Tensor)

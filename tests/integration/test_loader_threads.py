@@ -124,7 +124,7 @@ def _explode_at(key: str) -> Any:
 
 
 def test_an_error_in_a_stage_arrives_after_the_batches_before_it(urls: list[str]) -> None:
-    ds = ss.Dataset(urls, shuffle_shards=False).map(_explode_at("s2_005")).to_tuple("__key__")
+    ds = ss.ShardStream(urls, shuffle_shards=False).map(_explode_at("s2_005")).to_tuple("__key__")
     got: list[str] = []
     with ss.Loader(ds, batch_size=4, num_threads=3) as loader, pytest.raises(_Boom):
         for batch in loader:
@@ -136,7 +136,7 @@ def test_an_error_in_a_stage_arrives_after_the_batches_before_it(urls: list[str]
 
 def test_skipping_handlers_go_on_and_count_on_threads(urls: list[str]) -> None:
     stage = ss.pipeline.Map(_explode_at("s2_005"), handler=ss.ignore_and_continue)
-    ds = ss.Dataset(urls, shuffle_shards=False).compose(stage).to_tuple("__key__")
+    ds = ss.ShardStream(urls, shuffle_shards=False).compose(stage).to_tuple("__key__")
     with ss.Loader(ds, batch_size=None, num_threads=3) as loader:
         got = [b[0] for b in loader]
     assert len(got) == sum([9, 14, 11, 17, 12, 20]) - 1 and "s2_005" not in got

@@ -40,7 +40,7 @@ def mixture(
     """Source 0 is shards 0-3, source 1 shards 4-7 (keys ``s<shard>_<i>``); ``shuffle_in``: a
     shuffle inside source ``shuffle_in``."""
     split = split if split is not None else ss.SplitPolicy("equal", batch_size=batch)
-    sources = [ss.Dataset(urls[:4], seed=5, split=split), ss.Dataset(urls[4:], seed=6, split=split)]
+    sources = [ss.ShardStream(urls[:4], seed=5, split=split), ss.ShardStream(urls[4:], seed=6, split=split)]
     if shuffle_in is not None:
         sources[shuffle_in] = sources[shuffle_in].shuffle(10)
     return ss.Mix(sources, weights=[0.6, 0.4], stop=stop, seed=2).to_tuple("__key__", "cls")
@@ -165,7 +165,7 @@ def test_sources_with_their_own_world_are_not_moved_between_ranks(urls: list[str
 
     split = ss.SplitPolicy("equal", batch_size=4)
     own = ss.World(rank=0, world_size=1)
-    sources = [ss.Dataset(urls[:4], split=split, world=own), ss.Dataset(urls[4:], split=split)]
+    sources = [ss.ShardStream(urls[:4], split=split, world=own), ss.ShardStream(urls[4:], split=split)]
     mix = ss.Mix(sources)
     old = [(ss.World(rank=r, world_size=2, worker=0, num_workers=1), None) for r in range(2)]
     with pytest.raises(StateError, match=r"sources \[0\] of the mixture have their own world="):

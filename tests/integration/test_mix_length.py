@@ -50,7 +50,7 @@ def urls(tmp_path_factory: pytest.TempPathFactory) -> list[list[str]]:
 def mixture(urls: list[list[str]], k: int, stop: str) -> ss.Mix:
     """The first ``k`` sources, each with its own seed and split batch size."""
     split = [ss.SplitPolicy("equal", batch_size=b) for b in SPLIT_BATCH]
-    sources = [ss.Dataset(urls[i], seed=10 + i, split=split[i]) for i in range(k)]
+    sources = [ss.ShardStream(urls[i], seed=10 + i, split=split[i]) for i in range(k)]
     return ss.Mix(sources, weights=WEIGHTS[:k], stop=stop, seed=3)
 
 
@@ -85,7 +85,7 @@ def test_len_of_every_loader_is_what_it_yields(urls: list[list[str]], k: int, st
 
 def test_a_plain_split_batched_by_another_size_counts_per_worker(urls: list[list[str]]) -> None:
     """Quotas of whole batches of 4 per worker, batched by 3 in each of 3 workers."""
-    ds = ss.Dataset(urls[0], seed=1, split=ss.SplitPolicy("equal", batch_size=4)).to_tuple("__key__")
+    ds = ss.ShardStream(urls[0], seed=1, split=ss.SplitPolicy("equal", batch_size=4)).to_tuple("__key__")
     for workers in (0, 2, 3):
         with ss.WebLoader(ds, batch_size=3, num_workers=workers) as loader:
             assert len(loader) == count(loader)[0], workers
@@ -96,8 +96,8 @@ def test_a_worker_without_a_share_of_a_source(urls: list[list[str]], stop: str) 
     """Source 1 has 2 batches of 20 per rank: the third worker gets none of it (it leaves that
     worker's mixture at its first pick, or ends it, by the stop rule)."""
     sources = [
-        ss.Dataset(urls[0], seed=1, split=ss.SplitPolicy("equal", batch_size=3)),
-        ss.Dataset(urls[1], seed=2, split=ss.SplitPolicy("equal", batch_size=20)),
+        ss.ShardStream(urls[0], seed=1, split=ss.SplitPolicy("equal", batch_size=3)),
+        ss.ShardStream(urls[1], seed=2, split=ss.SplitPolicy("equal", batch_size=20)),
     ]
     pipe = ss.Mix(sources, weights=[0.3, 0.7], stop=stop, seed=4).to_tuple("__key__", "cls")
     for workers in (2, 3):
@@ -113,7 +113,7 @@ def test_length_is_fast_for_thousands_of_shards() -> None:
         names = [f"memory://nowhere/src{s}-{i:05d}.tar" for i in range(10_000)]
         index = {n.rpartition("/")[2]: 50 + (i * 7 + s) % 90 for i, n in enumerate(names)}
         split = ss.SplitPolicy("equal", batch_size=16, index=index)
-        sources.append(ss.Dataset(names, seed=s, split=split))
+        sources.append(ss.ShardStream(names, seed=s, split=split))
     for stop in STOPS:
         mix = ss.Mix(sources, weights=WEIGHTS, stop=stop).batched(16)
         loader = ss.WebLoader(mix, batch_size=None, num_workers=8)
@@ -128,7 +128,7 @@ def test_with_length_and_endless_mixtures_keep_their_rules(urls: list[list[str]]
     endless = mixture(urls, 2, "never")
     with pytest.raises(TypeError, match="endless"):
         len(ss.WebLoader(endless, batch_size=2, num_workers=2))
-    unknown = ss.Mix([ss.Dataset(urls[0]), ss.Dataset(urls[1])])
+    unknown = ss.Mix([ss.ShardStream(urls[0]), ss.ShardStream(urls[1])])
     with pytest.raises(TypeError, match=r"source\(s\) \[0, 1\] is unknown"):
         len(ss.WebLoader(unknown, batch_size=2, num_workers=2))
 

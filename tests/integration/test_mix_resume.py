@@ -83,8 +83,8 @@ def rank_main(rank: int, world_size: int, port: int, urls: list[str], out: str) 
         by_shard = ss.SplitPolicy("equal", batch_size=4)
         by_sample = ss.SplitPolicy("equal", batch_size=4, granularity="sample")
         sources = [
-            ss.Dataset(urls[:5], seed=1, split=by_shard),
-            ss.Dataset(urls[5:], seed=2, split=by_sample),
+            ss.ShardStream(urls[:5], seed=1, split=by_shard),
+            ss.ShardStream(urls[5:], seed=2, split=by_sample),
         ]
         mix = ss.Mix(sources, weights=[0.7, 0.3], stop=stop, seed=4)
         batches = mix.to_tuple("__key__").batched(4)

@@ -24,11 +24,11 @@ def test_local_and_ftp_shards_in_one_dataset(ftp_server: FTPServer, tmp_path: Pa
     _write(str(tmp_path / "local-%06d.tar"), 0)
     _write(ftp_server.url("mixed/remote-%06d.tar"), 2, options)
     urls = [str(tmp_path / "local-000000.tar"), ftp_server.url("mixed/remote-000000.tar")]
-    ds = ss.Dataset(urls, storage_options=options, shuffle_shards=False, cache=None)
+    ds = ss.ShardStream(urls, storage_options=options, shuffle_shards=False, cache=None)
     assert [s["txt"].decode() for s in ds] == [f"sample {i}" for i in range(4)]
 
 
 def test_a_typo_is_still_refused_without_a_fallback_in_use(tmp_path: Path) -> None:
     _write(str(tmp_path / "only-%06d.tar"), 0)
     with pytest.raises(ConfigurationError, match="endpoint_urll"):
-        ss.Dataset([str(tmp_path / "only-000000.tar")], storage_options={"endpoint_urll": "x"})
+        ss.ShardStream([str(tmp_path / "only-000000.tar")], storage_options={"endpoint_urll": "x"})

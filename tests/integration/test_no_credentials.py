@@ -28,7 +28,7 @@ _ITERATE = """
 import json, sys, traceback
 import shardstream as ss
 try:
-    for _ in ss.Dataset(sys.argv[1], storage_options=json.loads(sys.argv[2])):
+    for _ in ss.ShardStream(sys.argv[1], storage_options=json.loads(sys.argv[2])):
         pass
 except Exception as exc:
     text = "".join(traceback.format_exception(exc))

@@ -291,7 +291,7 @@ def test_http_errors_log_lines_telemetry_and_reprs(
 
     def every(**extra: Any) -> list[Any]:
         return _take(
-            ss.Dataset(
+            ss.ShardStream(
                 [ok, forbidden, missing],
                 shuffle_shards=False,
                 handler=ss.warn_and_continue,
@@ -306,7 +306,7 @@ def test_http_errors_log_lines_telemetry_and_reprs(
     capture.run("dataset", lambda: counts.append(len(every(cache=None))))
     capture.run("cached", lambda: counts.append(len(every(cache=ss.CachePolicy(str(tmp_path / "c"))))))
     assert counts == [3, 3], capture.errors
-    capture.run("403", lambda: _take(ss.Dataset([forbidden], storage_options=options, cache=None)))
+    capture.run("403", lambda: _take(ss.ShardStream([forbidden], storage_options=options, cache=None)))
     capture.run("404", lambda: _take(ss.WebDataset(missing, storage_options=options)))
     capture.run("open", lambda: open_url(missing, storage_options=options))
     capture.run("stat", lambda: stat_url(forbidden, storage_options=options))
@@ -315,7 +315,7 @@ def test_http_errors_log_lines_telemetry_and_reprs(
         capture.run("echoed", lambda: open_url(quoted, storage_options=options))
         capture.run("echoed stat", lambda: stat_url(quoted, storage_options=options))
 
-    dataset = ss.Dataset(
+    dataset = ss.ShardStream(
         [ok, forbidden], shuffle_shards=False, handler=ss.warn_and_continue, telemetry=True, cache=None
     )
     loader = ss.WebLoader(dataset, batch_size=None, num_workers=0, telemetry=True)
@@ -344,7 +344,7 @@ def test_a_timeout_and_proxies(capture: Capture, planted: Planted, monkeypatch: 
     with _silent() as port:
         url = planted.url(f"http://127.0.0.1:{port}", "never/answers.tar", "timeout")
         capture.run("timeout", lambda: open_url(url, storage_options=fast).read())
-        capture.run("timeout dataset", lambda: _take(ss.Dataset([url], storage_options=fast, cache=None)))
+        capture.run("timeout dataset", lambda: _take(ss.ShardStream([url], storage_options=fast, cache=None)))
     for variable, scheme in (("HTTP_PROXY", "http"), ("HTTPS_PROXY", "https")):
         user, password = planted.make("proxy user"), planted.make("proxy password")
         proxy = f"http://{user}:{password}@127.0.0.1:{_closed_port()}"
@@ -401,7 +401,7 @@ def test_s3_wrong_keys(s3_server: Any, s3_bucket: str, capture: Capture, planted
         capture.run(f"{name} stat", lambda: stat_url(url, storage_options=options))  # noqa: B023
         capture.run(
             f"{name} dataset",
-            lambda: _take(ss.Dataset([url], storage_options=options, cache=None)),  # noqa: B023
+            lambda: _take(ss.ShardStream([url], storage_options=options, cache=None)),  # noqa: B023
         )
         capture.run(
             f"{name} listing",
@@ -409,7 +409,7 @@ def test_s3_wrong_keys(s3_server: Any, s3_bucket: str, capture: Capture, planted
         )
         capture.show(
             get_source(url, options),
-            ss.Dataset([url], storage_options=options, cache=None),
+            ss.ShardStream([url], storage_options=options, cache=None),
             ss.FunctionStage(_take, url, storage_options=options),  # (a stage's repr shows its arguments)
         )
     capture.check(planted, errors=8)
@@ -474,7 +474,7 @@ def test_gcs_token_in_every_form(gcs_server: Any, capture: Capture, planted: Pla
             capture.run(f"{form} 404", lambda: stat_url(missing, storage_options=options))  # noqa: B023
             capture.run(
                 f"{form} dataset",
-                lambda: _take(ss.Dataset([url, missing], storage_options=options, cache=None)),  # noqa: B023
+                lambda: _take(ss.ShardStream([url, missing], storage_options=options, cache=None)),  # noqa: B023
             )
             capture.run(f"{form} source", lambda: capture.show(get_source(url, options)))  # noqa: B023
     capture.check(planted, errors=2 * len(tokens))
@@ -514,7 +514,7 @@ def test_hub_bad_token(hub_server: Any, capture: Capture, planted: Planted) -> N
     options = {"endpoint": hub_server.endpoint, "token": f"hf_{planted.make('HF token')}", "retries": 1}
     capture.run("open", lambda: open_url(url, storage_options=options).read())
     capture.run("stat", lambda: stat_url(url, storage_options=options))
-    capture.run("dataset", lambda: _take(ss.Dataset([url], storage_options=options, cache=None)))
+    capture.run("dataset", lambda: _take(ss.ShardStream([url], storage_options=options, cache=None)))
     capture.show(get_source(url, options))
     capture.check(planted, errors=3)
 

@@ -44,7 +44,8 @@ def _fields(sample: dict[str, Any]) -> dict[str, Any]:
 
 def _sequential(directory: Path, names: list[str]) -> list[dict[str, Any]]:
     return [
-        _fields(s) for s in ss.Dataset([str(directory / n) for n in names], shuffle_shards=False, cache=None)
+        _fields(s)
+        for s in ss.ShardStream([str(directory / n) for n in names], shuffle_shards=False, cache=None)
     ]
 
 

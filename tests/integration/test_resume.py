@@ -58,7 +58,7 @@ def test_next_epoch_after_a_resumed_one_matches(urls: list[str]) -> None:
 
 
 def test_state_is_small_and_needs_no_worker_round_trip(urls: list[str]) -> None:
-    ds = ss.Dataset(urls, seed=1).to_tuple("__key__").batched(4)
+    ds = ss.ShardStream(urls, seed=1).to_tuple("__key__").batched(4)
     loader = ss.WebLoader(ds, batch_size=None, num_workers=2)
     it = iter(loader)
     for _ in range(5):
@@ -71,7 +71,7 @@ def test_state_is_small_and_needs_no_worker_round_trip(urls: list[str]) -> None:
 def test_a_state_that_does_not_fit_is_refused_naming_the_fields(urls: list[str]) -> None:
     state = _state_after("shuffled", urls, 2, 3)
     other_seed = ss.WebLoader(
-        ss.Dataset(urls, seed=4).shuffle(20).to_tuple("__key__").batched(4), batch_size=None
+        ss.ShardStream(urls, seed=4).shuffle(20).to_tuple("__key__").batched(4), batch_size=None
     )
     with pytest.raises(StateError, match="seed"):
         other_seed.load_state_dict(state)
@@ -102,7 +102,7 @@ def test_a_state_loaded_after_persistent_workers_started_is_restored(urls: list[
     """
 
     def make_persistent() -> ss.WebLoader:
-        ds = ss.Dataset(urls, seed=3).shuffle(20).to_tuple("__key__").batched(4)
+        ds = ss.ShardStream(urls, seed=3).shuffle(20).to_tuple("__key__").batched(4)
         return ss.WebLoader(ds, batch_size=None, num_workers=2, persistent_workers=True)
 
     state = _state_after("shuffled", urls, 2, 3)
@@ -134,7 +134,7 @@ def test_resume_at_90_percent_over_http_reads_only_the_shard_in_progress(
     urls = [http_server.url_for(p) for p in sizes]
 
     def make() -> ss.WebLoader:
-        ds = ss.Dataset(urls, seed=1).to_tuple("__key__").batched(10)
+        ds = ss.ShardStream(urls, seed=1).to_tuple("__key__").batched(10)
         return ss.WebLoader(ds, batch_size=None, num_workers=0)
 
     full = [list(b[0]) for b in make()]

@@ -30,10 +30,10 @@ def _write(root: Path, payload: int, tag: str) -> list[str]:
 
 def _make(urls: list[str], case: str) -> Any:
     if case == "equal":
-        return ss.Dataset(urls, split=ss.SplitPolicy("equal", batch_size=10), seed=1)
+        return ss.ShardStream(urls, split=ss.SplitPolicy("equal", batch_size=10), seed=1)
     if case == "shuffled":
-        return ss.Dataset(urls, seed=1).shuffle(20)
-    return ss.Dataset(urls, seed=1)
+        return ss.ShardStream(urls, seed=1).shuffle(20)
+    return ss.ShardStream(urls, seed=1)
 
 
 @pytest.mark.parametrize("case", ["shards", "equal", "shuffled"])
@@ -73,14 +73,14 @@ def test_rewritten_shards_are_refused_or_restarted(
 
 def test_a_loader_worker_refuses_a_rewritten_shard(tmp_path: Path) -> None:
     urls = _write(tmp_path, 100, "a")
-    loader = ss.WebLoader(ss.Dataset(urls, seed=1).batched(10), batch_size=None, num_workers=2)
+    loader = ss.WebLoader(ss.ShardStream(urls, seed=1).batched(10), batch_size=None, num_workers=2)
     it = iter(loader)
     for _ in range(17):
         next(it)
     state = json.loads(json.dumps(loader.state_dict()))
     loader.close()
     _write(tmp_path, 150, "b")
-    resumed = ss.WebLoader(ss.Dataset(urls, seed=1).batched(10), batch_size=None, num_workers=2)
+    resumed = ss.WebLoader(ss.ShardStream(urls, seed=1).batched(10), batch_size=None, num_workers=2)
     resumed.load_state_dict(state)
     with pytest.raises(StateError, match="changed since the state was saved"):
         list(resumed)

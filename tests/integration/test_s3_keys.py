@@ -39,7 +39,7 @@ def test_shards_with_odd_keys_read_as_written(s3_server: SeaweedS3, s3_bucket: s
     opts = s3_server.storage_options
     for url in urls[:3]:
         assert stat_url(url, storage_options=opts).size > 0
-    ds = ss.Dataset(urls, shuffle_shards=False, storage_options=opts, cache=None)
+    ds = ss.ShardStream(urls, shuffle_shards=False, storage_options=opts, cache=None)
     got = [(s["__url__"], s["txt"].decode()) for s in ds]
     want = [(u, f"{w} of {stem}") for u, stem in zip(urls, STEMS, strict=True) for w in ("first", "second")]
     assert got == want
@@ -79,7 +79,7 @@ def test_cache_keeps_odd_keys_apart(s3_server: SeaweedS3, s3_bucket: str, tmp_pa
     opts = s3_server.storage_options
     policy = ss.CachePolicy(str(tmp_path / "cache"))
     for _ in range(2):  # a miss that fills, then hits
-        ds = ss.Dataset(urls, shuffle_shards=False, storage_options=opts, cache=policy)
+        ds = ss.ShardStream(urls, shuffle_shards=False, storage_options=opts, cache=policy)
         assert [s["txt"].decode() for s in ds][::2] == [f"first of {stem}" for stem in stems]
     cached = sorted(p.name for p in (tmp_path / "cache" / "s3").rglob("*.tar"))
     assert cached == ["q%23x.tar", "q%3Fx=1.tar", "q.tar"]

@@ -35,7 +35,7 @@ def test_an_s3_prefix_is_a_spec_for_every_front_door(
     urls = _write(f"s3://{s3_bucket}/train", options, index=index)
     keys = [f"k{i:04d}" for i in range(SHARDS * PER_SHARD)]
     prefix = f"s3://{s3_bucket}/train/"
-    dataset = ss.Dataset(prefix, storage_options=options, shuffle_shards=False)
+    dataset = ss.ShardStream(prefix, storage_options=options, shuffle_shards=False)
     assert dataset.urls == urls
     assert [s["__key__"] for s in dataset] == keys
     assert WebDataset(prefix, storage_options=options).urls == urls
@@ -60,13 +60,13 @@ def test_an_indexed_remote_brace_typo_fails_before_any_shard_is_requested(
     http_server.reset_counts()
     spec = f"{base}/a-{{000000..000005}}.tar"  # 6 named, 4 written
     with pytest.raises(ShardNotFoundError) as caught:
-        ss.Dataset(spec)
+        ss.ShardStream(spec)
     message = str(caught.value)
     assert f"2 of 6 shards named by {spec!r} are missing: a-000004.tar, a-000005.tar" in message
     assert "_info.json" in message and "shardstream index" in message
     assert sum(http_server.gets(f"typo/a-{i:06d}.tar") for i in range(6)) == 0  # the index decided
     assert http_server.gets("typo/_info.json") >= 1
-    assert len(ss.Dataset(f"{base}/a-{{000000..000003}}.tar", split="equal")) == SHARDS * PER_SHARD
+    assert len(ss.ShardStream(f"{base}/a-{{000000..000003}}.tar", split="equal")) == SHARDS * PER_SHARD
 
 
 def test_unindexed_remote_shards_are_not_checked_and_need_a_split_on_several_ranks(
@@ -75,16 +75,16 @@ def test_unindexed_remote_shards_are_not_checked_and_need_a_split_on_several_ran
     base = _http_shards(http_server, tmp_path, "bare", index=False)
     spec = f"{base}/a-{{000000..000005}}.tar"
     http_server.reset_counts()
-    assert len(ss.Dataset(spec).urls) == 6  # not checked: one request per shard would cost more
+    assert len(ss.ShardStream(spec).urls) == 6  # not checked: one request per shard would cost more
     assert sum(http_server.gets(f"bare/a-{i:06d}.tar") for i in range(6)) == 0
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "0")
     with pytest.raises(ConfigurationError) as caught:
-        ss.Dataset(f"{base}/a-{{000000..000003}}.tar")
+        ss.ShardStream(f"{base}/a-{{000000..000003}}.tar")
     message = str(caught.value)
     assert "2 ranks without split=" in message
     assert "split='equal'" in message and "split='shards'" in message
     assert f"shardstream index {base}/" in message
     # Each of the three ways out works.
-    assert ss.Dataset(f"{base}/a-{{000000..000003}}.tar", split="equal").split.mode == "equal"
-    assert ss.Dataset(f"{base}/a-{{000000..000003}}.tar", split="shards").split.mode == "shards"
+    assert ss.ShardStream(f"{base}/a-{{000000..000003}}.tar", split="equal").split.mode == "equal"
+    assert ss.ShardStream(f"{base}/a-{{000000..000003}}.tar", split="shards").split.mode == "shards"

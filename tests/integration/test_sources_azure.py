@@ -190,7 +190,7 @@ def test_early_stop_releases_the_connection(az: Azurite, container: str, proxy: 
         for i in range(2000):
             tar.write({"__key__": f"s{i:05d}", "bin": os.urandom(12_000)})
     url = az.put_blob(container, "early/shard-0.tar", buf.getvalue())
-    ds = ss.Dataset([url], shuffle_shards=False, storage_options=_through(az, proxy), cache=None)
+    ds = ss.ShardStream([url], shuffle_shards=False, storage_options=_through(az, proxy), cache=None)
     for n, _ in enumerate(ds):
         if n == 3:
             break
@@ -453,7 +453,7 @@ def test_shardwriter_dataset_and_objectstream_round_trip(az: Azurite, container:
         *(f"train-{i:06d}.tar" for i in range(3)),
     ]
     spec = f"az://{container}/prefix/train-{{000000..000002}}.tar"
-    ds = ss.Dataset(spec, shuffle_shards=False, storage_options=opts, cache=None)
+    ds = ss.ShardStream(spec, shuffle_shards=False, storage_options=opts, cache=None)
     assert [(s["__key__"], s["txt"]) for s in ds] == [
         (f"k{i:03d}", f"sample {i}".encode()) for i in range(12)
     ]

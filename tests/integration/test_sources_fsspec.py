@@ -36,7 +36,7 @@ def test_shards_written_and_read_back_over_ftp(ftp_server: FTPServer) -> None:
     on_disk = sorted(p.name for p in (ftp_server.root / "train").iterdir())
     assert on_disk == ["_info.json", "_offsets", "train-000000.tar", "train-000001.tar", "train-000002.tar"]
     assert not [n for n in on_disk if n.startswith(".")]  # no temporary object left
-    ds = ss.Dataset(
+    ds = ss.ShardStream(
         ftp_server.url("train/train-{000000..000002}.tar"), storage_options=options, shuffle_shards=False
     )
     got = [(s["__key__"], s["txt"].decode()) for s in ds]
@@ -171,7 +171,7 @@ def test_a_cut_read_is_resumed_at_the_byte_offset(monkeypatch: pytest.MonkeyPatc
 def test_fallback_needs_no_listing_or_index_for_brace_specs(tmp_path: Path, ftp_server: FTPServer) -> None:
     # A plain spec never lists: the URLs go straight to opens.
     _write_shards(ftp_server.url("brace/b-%06d.tar"), ftp_server.storage_options, n=2, per=2)
-    ds = ss.Dataset(
+    ds = ss.ShardStream(
         ftp_server.url("brace/b-{000000..000001}.tar"), storage_options=ftp_server.storage_options
     )
     assert len(list(ds)) == 4

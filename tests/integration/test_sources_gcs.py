@@ -363,7 +363,7 @@ def test_shard_writer_dataset_and_object_stream(gcs_server: FakeGCS, bucket: str
             sink.write({"__key__": f"s{i:03d}", "txt": f"text {i}", "bin": os.urandom(100_000)})
     urls = [pattern % n for n in range(3)]
     assert all(gcs_server.exists(bucket, u.split("/", 3)[3]) for u in urls)
-    ds = ss.Dataset(urls, shuffle_shards=False, cache=None, storage_options=opts)
+    ds = ss.ShardStream(urls, shuffle_shards=False, cache=None, storage_options=opts)
     assert [s["txt"] for s in ds] == [f"text {i}".encode() for i in range(12)]
     for i in range(5):
         gcs_server.put_object(bucket, f"objs/k{i}.txt", f"object {i}".encode())

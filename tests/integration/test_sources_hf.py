@@ -414,7 +414,7 @@ def test_dataset_reads_shards_from_the_hub(hub_server: HubStandIn, monkeypatch: 
     monkeypatch.setenv("HF_TOKEN", hub_server.token)
     forget_sources("hf")  # a shared hf source built under another environment must not serve this
     try:
-        dataset = shardstream.Dataset(
+        dataset = shardstream.ShardStream(
             f"hf://datasets/{repo}/train-{{000000..000002}}.tar", shuffle_shards=False
         )
         got = [

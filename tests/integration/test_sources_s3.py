@@ -288,9 +288,9 @@ def test_local_and_s3_shards_in_one_dataset(s3_server: SeaweedS3, s3_bucket: str
     with ss.TarWriter(remote, storage_options=s3_server.storage_options) as sink:
         sink.write({"__key__": "remote0", "cls": 1})
     options = {**s3_server.storage_options, "read_timeout": 30.0}
-    dataset = ss.Dataset([local, remote], shuffle_shards=False, cache=None, storage_options=options)
+    dataset = ss.ShardStream([local, remote], shuffle_shards=False, cache=None, storage_options=options)
     assert [s["__key__"] for s in dataset] == ["local0", "remote0"]
     compat = ss.WebDataset([remote, local], shardshuffle=False, storage_options=options)
     assert [s["__key__"] for s in compat] == ["remote0", "local0"]
     with pytest.raises(ConfigurationError, match="'endpoint'"):
-        list(ss.Dataset([local, remote], cache=None, storage_options={"endpoint": "x"}))
+        list(ss.ShardStream([local, remote], cache=None, storage_options={"endpoint": "x"}))

@@ -26,8 +26,8 @@ def urls(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     return sorted(str(p) for p in root.glob("s-*.tar"))
 
 
-def _dataset(urls: list[str]) -> ss.Dataset:
-    return ss.Dataset(urls, seed=3)
+def _dataset(urls: list[str]) -> ss.ShardStream:
+    return ss.ShardStream(urls, seed=3)
 
 
 def _cut(urls: list[str], n: int) -> tuple[list[str], dict[str, Any]]:
@@ -39,7 +39,7 @@ def _cut(urls: list[str], n: int) -> tuple[list[str], dict[str, Any]]:
     return head + rest, state
 
 
-def _rest(ds: ss.Dataset) -> list[str]:
+def _rest(ds: ss.ShardStream) -> list[str]:
     return [s["__key__"] for s in ds]
 
 

@@ -25,7 +25,7 @@ def slow_map(sample: dict[str, Any]) -> dict[str, Any]:
 
 def test_loader_stats_add_up_both_workers(make_shards: ShardFactory) -> None:
     spec, keys = make_shards(counts=[40, 40, 40, 40])
-    ds = ss.Dataset(spec).to_tuple("__key__", "txt").batched(8)
+    ds = ss.ShardStream(spec).to_tuple("__key__", "txt").batched(8)
     with ss.WebLoader(ds, batch_size=None, num_workers=2, telemetry=True) as loader:
         seen = [key for keys_, _ in loader for key in keys_]
     assert sorted(seen) == sorted(keys)
@@ -42,7 +42,7 @@ def test_loader_stats_add_up_both_workers(make_shards: ShardFactory) -> None:
 
 def test_a_slow_map_in_the_workers_is_the_bottleneck(make_shards: ShardFactory) -> None:
     spec, _ = make_shards(counts=[24, 24])
-    ds = ss.Dataset(spec).map(slow_map).to_tuple("__key__", "txt").batched(4)
+    ds = ss.ShardStream(spec).map(slow_map).to_tuple("__key__", "txt").batched(4)
     with ss.WebLoader(ds, batch_size=None, num_workers=2, telemetry=True) as loader:
         assert sum(len(b[0]) for b in loader) == 48
     verdict = loader.stats()["verdict"]
@@ -51,7 +51,7 @@ def test_a_slow_map_in_the_workers_is_the_bottleneck(make_shards: ShardFactory) 
 
 def test_a_slow_training_loop_is_training_bound(make_shards: ShardFactory) -> None:
     spec, _ = make_shards(counts=[40, 40])
-    ds = ss.Dataset(spec).to_tuple("__key__", "txt")
+    ds = ss.ShardStream(spec).to_tuple("__key__", "txt")
     with ss.WebLoader(ds, batch_size=8, num_workers=2, telemetry=True) as loader:
         for _ in loader:
             time.sleep(0.25)  # the training step: the workers keep the queue full meanwhile
@@ -62,7 +62,7 @@ def test_a_slow_training_loop_is_training_bound(make_shards: ShardFactory) -> No
 
 def test_off_by_default(make_shards: ShardFactory) -> None:
     spec, _ = make_shards(counts=[8])
-    with ss.WebLoader(ss.Dataset(spec), batch_size=4, num_workers=0) as loader:
+    with ss.WebLoader(ss.ShardStream(spec), batch_size=4, num_workers=0) as loader:
         assert len(list(loader)) == 2
     assert loader.stats() == {
         "telemetry": False,
@@ -81,7 +81,9 @@ def test_retries_throttles_and_cache_hits_over_http(
         for p in sorted((tmp_path / "data").glob("*.tar"))
     ]
     http_server.fail(f"telemetry/{Path(urls[0]).name}", 503, times=1)
-    ds = ss.Dataset(urls, shuffle_shards=False, cache=ss.CachePolicy(str(tmp_path / "cache")), telemetry=True)
+    ds = ss.ShardStream(
+        urls, shuffle_shards=False, cache=ss.CachePolicy(str(tmp_path / "cache")), telemetry=True
+    )
     assert len(list(ds)) == 20  # a miss each, one 503 retried
     first = ds.stats()
     assert first["cache"] == {"hits": 0, "misses": 2}
@@ -117,7 +119,7 @@ def test_bench_profile_prints_the_table_and_writes_a_png(
 
 def test_stage_counts_include_each_worker_s_last_partial_batch(make_shards: ShardFactory) -> None:
     spec, keys = make_shards(counts=[21, 21])  # a worker each: 5 batches of 4, then one of 1
-    ds = ss.Dataset(spec).to_tuple("__key__", "txt").batched(4)
+    ds = ss.ShardStream(spec).to_tuple("__key__", "txt").batched(4)
     with ss.WebLoader(ds, batch_size=None, num_workers=2, telemetry=True) as loader:
         assert sorted(key for batch in loader for key in batch[0]) == sorted(keys)
     stats = loader.stats()
@@ -166,7 +168,7 @@ def test_bench_profile_names_the_decode_into_the_batch(
 
 def test_loader_stats_name_the_decode_into_the_batch(tmp_path: Path) -> None:
     spec = _jpeg_shards(tmp_path, 40, 10)
-    ds = ss.Dataset(spec, shuffle_shards=False).decode("rgb8").to_tuple("jpg", "cls")
+    ds = ss.ShardStream(spec, shuffle_shards=False).decode("rgb8").to_tuple("jpg", "cls")
     with ss.Loader(ds, batch_size=8, num_workers=2, telemetry=True) as loader:
         assert sum(len(labels) for _, labels in loader) == 40
         stats = loader.stats()
@@ -195,7 +197,7 @@ def _by_name(stats: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def test_thread_mode_stats_keep_every_epoch_after_the_loader_closes(big_jpegs: str, persistent: bool) -> None:
     """Each epoch runs a copy of the pipeline (a new one per epoch without persistent workers):
     the loader keeps what they measured, as WebLoader keeps its workers' counters."""
-    ds = ss.Dataset(big_jpegs, shuffle_shards=False).decode("rgb8").to_tuple("jpg", "cls")
+    ds = ss.ShardStream(big_jpegs, shuffle_shards=False).decode("rgb8").to_tuple("jpg", "cls")
     with ss.Loader(ds, batch_size=8, num_threads=2, persistent_workers=persistent, telemetry=True) as loader:
         for _ in range(2):
             assert sum(len(labels) for _, labels in loader) == 40
@@ -214,7 +216,7 @@ def test_thread_mode_stats_keep_every_epoch_after_the_loader_closes(big_jpegs: s
 def test_thread_mode_reports_the_decode_into_the_batch(big_jpegs: str, threads: int) -> None:
     """The JPEGs are decoded by the batch maker (on the pool with 2 threads): its time is the
     decode's, as in process mode, and the verdict names it as the slowest stage."""
-    ds = ss.Dataset(big_jpegs, shuffle_shards=False).decode("rgb8").to_tuple("jpg", "cls")
+    ds = ss.ShardStream(big_jpegs, shuffle_shards=False).decode("rgb8").to_tuple("jpg", "cls")
     with ss.Loader(ds, batch_size=8, num_threads=threads, telemetry=True) as loader:
         assert sum(len(labels) for _, labels in loader) == 40
         stats = loader.stats()
@@ -235,7 +237,7 @@ def flaky(sample: dict[str, Any]) -> dict[str, Any]:
 
 def _flaky_pipeline(spec: str) -> Any:
     return (
-        ss.Dataset(spec, shuffle_shards=False)
+        ss.ShardStream(spec, shuffle_shards=False)
         .decode("rgb8")
         .map(flaky, handler=ss.ignore_and_continue)
         .to_tuple("jpg", "cls")
@@ -278,7 +280,7 @@ def test_thread_mode_without_telemetry_keeps_its_skip_counts(tmp_path: Path, thr
 
 def test_ss_loader_names_itself_when_telemetry_is_off(make_shards: ShardFactory) -> None:
     spec, _ = make_shards(counts=[8])
-    with ss.Loader(ss.Dataset(spec), batch_size=4, num_workers=1) as loader:
+    with ss.Loader(ss.ShardStream(spec), batch_size=4, num_workers=1) as loader:
         assert len(list(loader)) == 2
     assert (
         loader.stats()["verdict"]
@@ -292,7 +294,7 @@ def test_the_environment_turns_thread_mode_telemetry_on(
     spec = _jpeg_shards(tmp_path, 24, 12)
     monkeypatch.setenv("SHARDSTREAM_TELEMETRY", "1")
     monkeypatch.setenv("SHARDSTREAM_TELEMETRY_INTERVAL", "0.000001")  # a line at every batch
-    ds = ss.Dataset(spec, shuffle_shards=False).decode("rgb8").to_tuple("jpg", "cls")
+    ds = ss.ShardStream(spec, shuffle_shards=False).decode("rgb8").to_tuple("jpg", "cls")
     with caplog.at_level(logging.INFO, logger="shardstream"):
         with ss.Loader(ds, batch_size=6, num_threads=2) as loader:
             assert sum(len(labels) for _, labels in loader) == 24

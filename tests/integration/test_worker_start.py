@@ -125,7 +125,7 @@ def test_forkserver_workers_give_the_same_batches_and_take_lambdas_and_closures(
 
     def build() -> Any:
         return (
-            ss.Dataset(spec, seed=3)
+            ss.ShardStream(spec, seed=3)
             .shuffle(20)
             .decode()
             .map(lambda s: {**s, "y": s["cls"] + offset})
@@ -145,7 +145,7 @@ def test_forkserver_workers_give_the_same_batches_and_take_lambdas_and_closures(
 
 def test_resume_under_the_forkserver_continues_exactly(spec: str, user_thread: threading.Thread) -> None:
     def loader() -> ss.WebLoader:
-        dataset = ss.Dataset(spec, seed=5).shuffle(16).decode().to_tuple("__key__").batched(4)
+        dataset = ss.ShardStream(spec, seed=5).shuffle(16).decode().to_tuple("__key__").batched(4)
         return ss.WebLoader(dataset, batch_size=None, num_workers=2)
 
     full = [list(b[0]) for b in loader()]
@@ -163,7 +163,7 @@ def test_resume_under_the_forkserver_continues_exactly(spec: str, user_thread: t
 def test_worker_context_for_a_plain_dataloader(spec: str, user_thread: threading.Thread) -> None:
     context = ss.worker_context()
     assert context is not None and context.get_start_method() == "forkserver"
-    dataset = ss.Dataset(spec).decode().to_tuple("cls").batched(10)
+    dataset = ss.ShardStream(spec).decode().to_tuple("cls").batched(10)
     loader = tud.DataLoader(dataset, batch_size=None, num_workers=2, multiprocessing_context=context)
     assert sorted(int(c) for (b,) in loader for c in b) == list(range(120))
 
@@ -183,7 +183,8 @@ def test_a_script_without_a_main_guard_is_not_run_again_by_forkserver_workers(tm
                     sink.write({"__key__": f"k{i:03d}", "cls": i})
             threading.Thread(target=threading.Event().wait, daemon=True, name="trainer-ui").start()
             scale = 3
-            ds = ss.Dataset(sys.argv[2] + "/p-{000000..000003}.tar").decode().map(lambda s: s["cls"] * scale)
+            spec = sys.argv[2] + "/p-{000000..000003}.tar"
+            ds = ss.ShardStream(spec).decode().map(lambda s: s["cls"] * scale)
             loader = ss.WebLoader(ds.batched(5), batch_size=None, num_workers=2)
             print(sorted(int(v) for b in loader for v in b) == [3 * i for i in range(40)])
             """
@@ -279,7 +280,7 @@ def test_a_slow_but_live_worker_is_not_stuck(spec: str) -> None:
         time.sleep(0.05)
         return sample
 
-    dataset = ss.Dataset(spec).decode().map(slow).to_tuple("cls").batched(30)  # ~1.5 s per batch
+    dataset = ss.ShardStream(spec).decode().map(slow).to_tuple("cls").batched(30)  # ~1.5 s per batch
     with ss.WebLoader(dataset, batch_size=None, num_workers=1, worker_timeout=5) as loader:
         assert sum(len(b) for (b,) in loader) == 120
 
@@ -289,6 +290,6 @@ def test_functions_from_exec_d_code_reach_forkserver_workers(
 ) -> None:
     namespace: dict[str, Any] = {}  # no __name__: as the README's blocks or a notebook cell run
     exec("def double(sample):\n    return sample['cls'] * 2\n", namespace)  # noqa: S102
-    dataset = ss.Dataset(spec).decode().map(namespace["double"]).batched(40)
+    dataset = ss.ShardStream(spec).decode().map(namespace["double"]).batched(40)
     with ss.WebLoader(dataset, batch_size=None, num_workers=2) as loader:
         assert sorted(int(v) for b in loader for v in b) == [2 * i for i in range(120)]

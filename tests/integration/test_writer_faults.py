@@ -48,7 +48,7 @@ def _kill_during_fourth_shard(proc: subprocess.Popen[bytes], third_done: Any) ->
 
 
 def _check_readable(urls: list[str], options: dict[str, Any] | None = None) -> None:
-    ds = ss.Dataset(urls, shuffle_shards=False, storage_options=options, cache=None)
+    ds = ss.ShardStream(urls, shuffle_shards=False, storage_options=options, cache=None)
     keys = [s["__key__"] for s in ds]  # reraise_exception: a truncated shard would raise here
     assert keys == [f"{i:05d}" for i in range(50 * len(urls))]
 

@@ -39,7 +39,7 @@ def test_pack_read_back_resume_and_unpack(
     assert sum(e["samples"] for e in entries) == 40
     assert all(e["bytes"] <= 8000 + 1024 for e in entries)
     spec = f"{out}/shard-{{000000..{len(names) - 1:06d}}}.tar"
-    back = {s["__key__"]: s for s in ss.Dataset(spec, shuffle_shards=False, cache=None)}
+    back = {s["__key__"]: s for s in ss.ShardStream(spec, shuffle_shards=False, cache=None)}
     assert sorted(back) == [samples40.key(i) for i in range(40)]
     for i in range(40):
         sample = back[samples40.key(i)]

@@ -56,7 +56,9 @@ def test_shard_reads_count_throttles_and_retries(s3_server: SeaweedS3, s3_bucket
     s3_server.put_object(s3_bucket, "t/shard-0.tar", buf.getvalue())
     with SlowDownProxy(s3_server.endpoint_url) as proxy:
         opts = s3_server.options_for(endpoint_url=proxy.url)
-        ds = ss.Dataset(f"s3://{s3_bucket}/t/shard-0.tar", storage_options=opts, cache=None).with_telemetry()
+        ds = ss.ShardStream(
+            f"s3://{s3_bucket}/t/shard-0.tar", storage_options=opts, cache=None
+        ).with_telemetry()
         proxy.plans.extend(["slowdown", "slowdown", ("cut", 30_000)])
         assert len(list(ds)) == 50
         stats = ds.stats()

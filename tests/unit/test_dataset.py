@@ -1,4 +1,4 @@
-"""The native Dataset and its value objects, and WebDataset as a facade over it."""
+"""The native ShardStream and its value objects, and WebDataset as a facade over it."""
 
 from __future__ import annotations
 
@@ -26,24 +26,24 @@ def spec(make_shards) -> str:  # type: ignore[no-untyped-def]
 
 
 def test_fluent_methods_keep_the_native_type(spec: str) -> None:
-    ds = ss.Dataset(spec).shuffle(10).decode().map(lambda s: s).batched(2)
-    assert isinstance(ds, ss.Dataset)
+    ds = ss.ShardStream(spec).shuffle(10).decode().map(lambda s: s).batched(2)
+    assert isinstance(ds, ss.ShardStream)
     assert sum(len(b["__key__"]) for b in ds) == 20
 
 
 def test_default_split_gives_each_rank_its_own_shards(spec: str) -> None:
-    everything = sorted(_keys(ss.Dataset(spec, shuffle_shards=False)))
-    halves = [sorted(_keys(ss.Dataset(spec, world=ss.World(r, 2)))) for r in (0, 1)]
+    everything = sorted(_keys(ss.ShardStream(spec, shuffle_shards=False)))
+    halves = [sorted(_keys(ss.ShardStream(spec, world=ss.World(r, 2)))) for r in (0, 1)]
     assert sorted(halves[0] + halves[1]) == everything
     assert not set(halves[0]) & set(halves[1])
 
 
 def test_explicit_world_reaches_the_sample_shuffle(spec: str) -> None:
     """One world for every stage: the shuffle seeds from the explicit rank, not the detected one."""
-    one = ss.Dataset(
+    one = ss.ShardStream(
         spec, world=ss.World(0, 2), shuffle_shards=False, split=ss.SplitPolicy(node_splitter=None)
     )
-    other = ss.Dataset(
+    other = ss.ShardStream(
         spec, world=ss.World(1, 2), shuffle_shards=False, split=ss.SplitPolicy(node_splitter=None)
     )
     assert sorted(_keys(one.shuffle(20))) == sorted(_keys(other.shuffle(20)))
@@ -55,15 +55,15 @@ def test_split_policy_validates_and_plans(spec: str) -> None:
         ss.SplitPolicy("bogus")
     with pytest.raises(ConfigurationError, match="ignored"):
         ss.SplitPolicy("shards", epoch_size=10)
-    ds = ss.Dataset(spec, split=ss.SplitPolicy("equal", batch_size=4), world=ss.World(0, 2))
+    ds = ss.ShardStream(spec, split=ss.SplitPolicy("equal", batch_size=4), world=ss.World(0, 2))
     assert len(ds) == 8 and len(ds.batched(4)) == 2 and len(list(ds)) == 8
-    endless = ss.Dataset(spec, split="resampled")
+    endless = ss.ShardStream(spec, split="resampled")
     assert len([s for _, s in zip(range(50), endless, strict=False)]) == 50
 
 
 def test_cache_policy_wraps_the_source(spec: str, tmp_path: Path) -> None:
-    assert isinstance(ss.Dataset(spec, cache=None).source, SchemeRouter)
-    cached = ss.Dataset(spec, cache=ss.CachePolicy(str(tmp_path / "cache"), "1G"))
+    assert isinstance(ss.ShardStream(spec, cache=None).source, SchemeRouter)
+    cached = ss.ShardStream(spec, cache=ss.CachePolicy(str(tmp_path / "cache"), "1G"))
     assert isinstance(cached.source, CachedSource)
     assert ss.CachePolicy(str(tmp_path), 0).enabled is False
     assert ss.CachePolicy(str(tmp_path), "2K").size_bytes == 2048
@@ -117,7 +117,7 @@ def test_worker_seed_and_silent_with_length(spec: str, caplog: pytest.LogCapture
 
 def test_webdataset_delegates_to_the_native_builder(spec: str) -> None:
     ds = ss.WebDataset(spec, shardshuffle=True)
-    assert isinstance(ds, ss.Dataset)
+    assert isinstance(ds, ss.ShardStream)
     assert [type(s).__name__ for s in ds.pipeline] == [
         "SimpleShardList",
         "ShardShuffle",

@@ -24,7 +24,7 @@ def test_all_is_sorted_and_complete() -> None:
             groups.append([])
         groups[-1].append(name)
     native, stages, errors, webdataset = groups  # exactly four sorted runs
-    assert {"Dataset", "Mix", "ObjectStream", "SplitPolicy", "WebLoader"} <= set(native)
+    assert {"ShardStream", "Mix", "ObjectStream", "SplitPolicy", "WebLoader"} <= set(native)
     assert {"Stage", "Node", "DataPipeline"} <= set(stages)
     assert all(n.endswith("Error") or n == "CacheLockTimeout" for n in errors)
     assert {"WebDataset", "shuffle", "to_tuple"} <= set(webdataset)
@@ -60,6 +60,18 @@ def test_all_is_sorted_and_complete() -> None:
 
 wds = require_module("webdataset", "the comparison with WebDataset 1.0.2")
 WDS_NAMES = sorted(n for n in dir(wds) if not n.startswith("_") and n not in NOT_PROVIDED)
+
+
+def test_the_renamed_dataset_still_answers_with_a_deprecation_warning() -> None:
+    # ss.Dataset became ss.ShardStream (issue 44: names say iterable or map-style); the old name
+    # is the same class for a release, and says what to write instead.
+    with pytest.warns(
+        DeprecationWarning, match=r"shardstream\.Dataset is deprecated; use shardstream\.ShardStream"
+    ):
+        old = shardstream.Dataset  # type: ignore[attr-defined]
+    assert old is shardstream.ShardStream
+    assert "Dataset" not in shardstream.__all__
+    assert "Dataset" not in dir(shardstream)
 
 
 @pytest.mark.parametrize("name", WDS_NAMES)

@@ -132,7 +132,7 @@ def test_an_index_with_inline_offsets_is_still_read_and_migrates_on_rewrite(tmp_
     assert read_index_entries(str(tmp_path)) == entries
     assert shard_counts(urls) == [5, 5, 5]
     ds = ss.ShardDataset(urls)
-    streamed = list(ss.Dataset(urls, shuffle_shards=False, cache=None))
+    streamed = list(ss.ShardStream(urls, shuffle_shards=False, cache=None))
     assert ds.__getitems__([14, 0, 6]) == [streamed[14], streamed[0], streamed[6]]
     # Rewriting the index (here: adding a shard) moves every inline offset to a sidecar.
     more = _write(tmp_path, shards=1, per_shard=2, pattern="val-%06d.tar")
@@ -229,7 +229,7 @@ def test_offsets_are_read_once_per_shard_touched(tmp_path: Path, caplog: pytest.
         ds = ss.ShardDataset(urls)
     assert not caplog.text  # no indexing pass
     fetches = _Fetches(ds)
-    streamed = list(ss.Dataset(urls, shuffle_shards=False, cache=None))
+    streamed = list(ss.ShardStream(urls, shuffle_shards=False, cache=None))
     assert ds[13] == streamed[13]
     assert fetches.urls == [sidecar_url(str(tmp_path), "part-000002.tar")]
     assert ds.__getitems__([12, 17, 0, 23, 1]) == [streamed[i] for i in (12, 17, 0, 23, 1)]
@@ -251,7 +251,7 @@ def test_loaded_offsets_are_bounded_and_reread_when_dropped(
     urls = _write(tmp_path, shards=4, per_shard=6)
     ds = ss.ShardDataset(urls, lru_bytes=0)
     fetches = _Fetches(ds)
-    streamed = list(ss.Dataset(urls, shuffle_shards=False, cache=None))
+    streamed = list(ss.ShardStream(urls, shuffle_shards=False, cache=None))
     picks = [0, 7, 13, 19, 1, 20]
     assert ds.__getitems__(picks) == [streamed[i] for i in picks]  # 24 samples, a budget of 12
     assert len(fetches.urls) == 4
@@ -264,7 +264,7 @@ def test_loaded_offsets_are_bounded_and_reread_when_dropped(
 
 def test_the_fingerprint_of_a_planned_dataset_is_what_it_was_with_list_counts(tmp_path: Path) -> None:
     urls = _write(tmp_path, shards=3, per_shard=4)
-    ds = ss.Dataset(urls, split=ss.SplitPolicy("equal", batch_size=2), cache=None)
+    ds = ss.ShardStream(urls, split=ss.SplitPolicy("equal", batch_size=2), cache=None)
     assert ds.planned is not None and isinstance(ds.planned.counts, np.ndarray)
     digest = hashlib.blake2b(repr((urls, [4, 4, 4])).encode(), digest_size=8).hexdigest()
     assert ds.fingerprint()["shards"] == digest

@@ -16,7 +16,7 @@ def test_more_workers_than_cores_warns_once(make_shards: ShardFactory) -> None:
     workers = len(os.sched_getaffinity(0)) + 1  # torch's rule: more workers than usable cores
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")  # count every call, not once per code location
-        with ss.WebLoader(ss.Dataset(spec).batched(2), batch_size=None, num_workers=workers) as loader:
+        with ss.WebLoader(ss.ShardStream(spec).batched(2), batch_size=None, num_workers=workers) as loader:
             seen = [key for batch in loader for key in batch["__key__"]]
     assert sorted(seen) == sorted(keys)
     messages = [str(w.message) for w in caught if "worker processes in total" in str(w.message)]

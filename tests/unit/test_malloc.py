@@ -84,7 +84,7 @@ def _tuned_in_worker(spec: str) -> object:
     """What a WebLoader worker running a decode stage reports as its allocator tuning."""
     import shardstream as ss
 
-    ds = ss.Dataset(spec).decode().map(lambda sample: {"tuned": _malloc._applied})
+    ds = ss.ShardStream(spec).decode().map(lambda sample: {"tuned": _malloc._applied})
     with ss.WebLoader(ds, num_workers=1, batch_size=None) as loader:
         return next(iter(loader))["tuned"]
 

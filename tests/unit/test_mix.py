@@ -35,8 +35,8 @@ def shards(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
     return urls
 
 
-def _sources(shards: dict[str, list[str]], names: str, **kw: Any) -> list[ss.Dataset]:
-    return [ss.Dataset(shards[n], seed=10 + k, **kw) for k, n in enumerate(names)]
+def _sources(shards: dict[str, list[str]], names: str, **kw: Any) -> list[ss.ShardStream]:
+    return [ss.ShardStream(shards[n], seed=10 + k, **kw) for k, n in enumerate(names)]
 
 
 def _keys(items: Any) -> list[str]:
@@ -169,7 +169,7 @@ def test_resume_anywhere_in_process_including_across_restarts_and_buffers(
     shards: dict[str, list[str]],
 ) -> None:
     def make() -> ss.Mix:
-        sources = [ss.Dataset(shards["a"], seed=1).shuffle(7), ss.Dataset(shards["c"], seed=2)]
+        sources = [ss.ShardStream(shards["a"], seed=1).shuffle(7), ss.ShardStream(shards["c"], seed=2)]
         return ss.Mix(sources, weights=[0.3, 0.7], stop="all_exhausted", seed=3).shuffle(9)
 
     full = _keys(make())
@@ -197,9 +197,9 @@ def test_a_state_of_another_mixture_is_refused_naming_what_differs(shards: dict[
         ss.Mix(_sources(shards, "abc"), weights=[0.5, 0.3, 0.2], stop="never").load_state_dict(state)
     with pytest.raises(StateError, match="source1"):  # a source with another seed
         swapped = [
-            ss.Dataset(shards["a"], seed=10),
-            ss.Dataset(shards["b"], seed=99),
-            ss.Dataset(shards["c"]),
+            ss.ShardStream(shards["a"], seed=10),
+            ss.ShardStream(shards["b"], seed=99),
+            ss.ShardStream(shards["c"]),
         ]
         ss.Mix(swapped, weights=[0.5, 0.3, 0.2]).load_state_dict(state)
     corrupted = json.loads(json.dumps(state))
@@ -221,7 +221,7 @@ def test_arguments_are_checked(shards: dict[str, list[str]]) -> None:
     with pytest.raises(ConfigurationError, match="source 1 .* list"):
         ss.Mix([sources[0], [{"__key__": "x"}]])  # type: ignore[list-item]
     with pytest.raises(ConfigurationError, match="with_epoch"):
-        ss.Mix([sources[0], ss.Dataset(shards["b"]).with_epoch(10)])
+        ss.Mix([sources[0], ss.ShardStream(shards["b"]).with_epoch(10)])
 
 
 def test_len_matches_the_items_for_many_shapes() -> None:
@@ -340,7 +340,7 @@ def test_each_rank_mixes_its_own_share(shards: dict[str, list[str]]) -> None:
     halves = [
         _keys(
             ss.Mix(
-                [ss.Dataset(shards[n], seed=1, world=ss.World(r, 2), split="shards") for n in "ac"],
+                [ss.ShardStream(shards[n], seed=1, world=ss.World(r, 2), split="shards") for n in "ac"],
                 stop="longest",
             )
         )

@@ -239,9 +239,9 @@ def test_a_recorded_world_never_overrides_live_detection_in_the_main_process(
 ) -> None:
     import pickle
 
-    from shardstream import Dataset
+    from shardstream import ShardStream
 
-    dataset = Dataset(write_shards(tmp_path, [5, 5]), split="equal")
+    dataset = ShardStream(write_shards(tmp_path, [5, 5]), split="equal")
     copy = pickle.loads(pickle.dumps(dataset))  # records "single process" (no launcher yet)
     assert copy._main_world == World()
     monkeypatch.setenv("RANK", "1")

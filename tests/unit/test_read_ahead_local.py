@@ -59,9 +59,11 @@ def test_an_early_stop_closes_the_stream_of_the_shard_taken_ahead(make_shards) -
 def test_the_datasets_pass_read_ahead_to_their_reading_stage(make_shards) -> None:
     spec, _ = make_shards(counts=[5, 5])
     urls = expand(spec)
-    for ds in (ss.WebDataset(urls, read_ahead=False), ss.Dataset(urls, read_ahead=False)):
+    for ds in (ss.WebDataset(urls, read_ahead=False), ss.ShardStream(urls, read_ahead=False)):
         readers = [stage for stage in ds.pipeline if isinstance(stage, ss.ReadShards)]
         assert [r.read_ahead for r in readers] == [False]
     assert [r.read_ahead for r in ss.WebDataset(urls).pipeline if isinstance(r, ss.ReadShards)] == [True]
-    planned = ss.Dataset(urls, split=ss.SplitPolicy("equal", index={u: 5 for u in urls}), read_ahead=False)
+    planned = ss.ShardStream(
+        urls, split=ss.SplitPolicy("equal", index={u: 5 for u in urls}), read_ahead=False
+    )
     assert planned.planned is not None and planned.planned.read_ahead is False

@@ -1,7 +1,7 @@
 """The tar reader against truncated shards and hand-crafted hostile headers (issue 9, items 1-3).
 
 Truncation: a shard written by our ShardWriter is cut at every 512-byte block boundary (every
-member boundary is one) and read through the Dataset under each error policy. Hostile headers are
+member boundary is one) and read through the ShardStream under each error policy. Hostile headers are
 built byte by byte here, with valid checksums, so that only the field under test is wrong; every
 test has a timeout, so a reader that loops fails instead of hanging.
 """
@@ -64,7 +64,7 @@ HANDLERS: list[Handler] = [reraise_exception, warn_and_continue, ignore_and_cont
 def shard(tmp_path_factory: pytest.TempPathFactory) -> tuple[bytes, list[dict[str, Any]]]:
     path = tmp_path_factory.mktemp("intact") / "intact.tar"
     raw = _write_shard(path)
-    reference = [_plain(s) for s in ss.Dataset(str(path), shuffle_shards=False, cache=None)]
+    reference = [_plain(s) for s in ss.ShardStream(str(path), shuffle_shards=False, cache=None)]
     assert len(reference) == 5 and len(raw) % 512 == 0
     return raw, reference
 
@@ -77,7 +77,7 @@ def _read(urls: list[str], handler: Handler) -> tuple[list[dict[str, Any]], Base
         seen.append(exc)
         return handler(exc)
 
-    ds = ss.Dataset(urls, shuffle_shards=False, cache=None, handler=policy, empty_check=False)
+    ds = ss.ShardStream(urls, shuffle_shards=False, cache=None, handler=policy, empty_check=False)
     got: list[dict[str, Any]] = []
     try:
         for sample in ds:
@@ -137,7 +137,7 @@ def test_zero_byte_shard_is_an_error(tmp_path: Path) -> None:
     url = str(tmp_path / "empty.tar")
     Path(url).write_bytes(b"")
     with pytest.raises(ShardFormatError, match=r"empty \(0 bytes\)") as info:
-        list(ss.Dataset(url, cache=None))
+        list(ss.ShardStream(url, cache=None))
     assert info.value.offset == 0 and info.value.url == url
     got, error, ds = _read([url], ignore_and_continue)
     assert got == [] and isinstance(error, ShardFormatError) and ds.skipped == 1

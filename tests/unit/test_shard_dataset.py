@@ -40,7 +40,7 @@ def _write(directory: Path, n: int = 120, per_shard: int = 40, **kw: Any) -> str
 
 
 def _streamed(spec: str) -> list[dict[str, Any]]:
-    return list(ss.Dataset(spec, shuffle_shards=False, cache=None))
+    return list(ss.ShardStream(spec, shuffle_shards=False, cache=None))
 
 
 def test_writer_records_offsets_and_sizes_and_every_range_is_its_sample(tmp_path: Path) -> None:

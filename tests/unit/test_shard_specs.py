@@ -56,13 +56,13 @@ def test_the_command_line_s_spec_forms_work_through_the_api(written: Path, form:
         "path object": written,
         "file URL": f"file://{written}/",
     }[form]
-    dataset = ss.Dataset(spec, shuffle_shards=False)
+    dataset = ss.ShardStream(spec, shuffle_shards=False)
     assert _names(dataset.urls) == ALL
     assert [s["__key__"] for s in dataset] == [f"k{i:05d}" for i in range(COUNT * PER_SHARD)]
     assert _names(WebDataset(spec).urls) == ALL
     assert _names(ss.ShardDataset(spec).urls) == ALL
     assert len(ss.ShardDataset(spec)) == COUNT * PER_SHARD
-    # (unpack reads a shard spec through ss.Dataset too)
+    # (unpack reads a shard spec through ss.ShardStream too)
 
 
 def test_a_mixture_takes_specs_as_sources(written: Path) -> None:
@@ -76,23 +76,23 @@ def test_a_mixture_takes_specs_as_sources(written: Path) -> None:
 def test_a_directory_holding_other_files_gives_its_shards_sorted(written: Path) -> None:
     (written / "notes.txt").write_text("not a shard")
     (written / ".hidden.tar").write_bytes(b"")
-    assert _names(ss.Dataset(str(written)).urls) == ALL
+    assert _names(ss.ShardStream(str(written)).urls) == ALL
 
 
 def test_an_empty_directory_or_glob_names_nothing(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(ConfigurationError, match="holds no shards"):
-        ss.Dataset(str(tmp_path / "empty"))
+        ss.ShardStream(str(tmp_path / "empty"))
     with pytest.raises(ConfigurationError, match="matches no files"):
-        ss.Dataset(str(tmp_path / "nothing-*.tar"))
+        ss.ShardStream(str(tmp_path / "nothing-*.tar"))
     with pytest.raises(ShardNotFoundError, match="does not exist"):
-        ss.Dataset(f"{tmp_path}/absent/")
+        ss.ShardStream(f"{tmp_path}/absent/")
 
 
 def test_a_list_mixes_forms_and_keeps_its_repeats(written: Path) -> None:
     """A shard named twice is read twice (WebDataset's way to upsample)."""
     first = str(written / ALL[0])
-    assert _names(ss.Dataset([first, first, f"{written}/"]).urls) == [ALL[0], ALL[0], *ALL]
+    assert _names(ss.ShardStream([first, first, f"{written}/"]).urls) == [ALL[0], ALL[0], *ALL]
 
 
 # -- missing shards fail before the first sample -------------------------------------------------
@@ -100,7 +100,7 @@ def test_a_list_mixes_forms_and_keeps_its_repeats(written: Path) -> None:
 
 def test_a_brace_typo_fails_at_construction_naming_the_missing_shards(written: Path) -> None:
     spec = str(written / "a-{000000..000012}.tar")  # 13 named, 10 written
-    for make in (ss.Dataset, WebDataset, ss.ShardDataset):
+    for make in (ss.ShardStream, WebDataset, ss.ShardDataset):
         with pytest.raises(ShardNotFoundError) as caught:
             make(spec)
         message = str(caught.value)
@@ -113,19 +113,19 @@ def test_a_brace_typo_fails_at_construction_naming_the_missing_shards(written: P
 def test_missing_shards_are_listed_first_few_and_counted(written: Path) -> None:
     spec = str(written / "a-{000000..000099}.tar")  # 90 missing: the directory is listed, not stat-ed
     with pytest.raises(ShardNotFoundError, match=r"90 of 100 shards .* a-000014\.tar and 85 more"):
-        ss.Dataset(spec)
+        ss.ShardStream(spec)
     listed = [str(written / n) for n in ALL] + [str(written / "b.tar")]
     with pytest.raises(
         ShardNotFoundError, match=r"1 of 11 shards named by a list of 11 URLs are missing: b\.tar"
     ):
-        ss.Dataset(listed)
+        ss.ShardStream(listed)
 
 
 def test_the_check_needs_no_index(written: Path) -> None:
     os.remove(written / "_info.json")
     with pytest.raises(ShardNotFoundError, match="1 of 11"):
-        ss.Dataset(str(written / "a-{000000..000010}.tar"))
-    assert len(ss.Dataset(str(written / "a-{000000..000009}.tar")).urls) == COUNT
+        ss.ShardStream(str(written / "a-{000000..000010}.tar"))
+    assert len(ss.ShardStream(str(written / "a-{000000..000009}.tar")).urls) == COUNT
 
 
 # -- one set of option names ----------------------------------------------------------------------
@@ -133,7 +133,7 @@ def test_the_check_needs_no_index(written: Path) -> None:
 
 def test_webdataset_spellings_mean_the_native_options(written: Path, tmp_path: Path) -> None:
     spec = str(written)
-    theirs = ss.Dataset(
+    theirs = ss.ShardStream(
         spec,
         shardshuffle=False,
         cache_dir=str(tmp_path / "cache"),
@@ -141,7 +141,7 @@ def test_webdataset_spellings_mean_the_native_options(written: Path, tmp_path: P
         split="equal",
         batch_size=4,
     )
-    ours = ss.Dataset(
+    ours = ss.ShardStream(
         spec,
         shuffle_shards=False,
         cache=ss.CachePolicy(str(tmp_path / "cache"), "1G"),
@@ -152,12 +152,12 @@ def test_webdataset_spellings_mean_the_native_options(written: Path, tmp_path: P
     assert [s["__key__"] for s in theirs] == [s["__key__"] for s in ours]
     assert repr(theirs.source) == repr(ours.source)  # the same cache (local shards are read in place)
     assert "ShardCache(" in repr(theirs.source) and "cache_size=1073741824" in repr(theirs.source)
-    splitters = ss.Dataset(spec, nodesplitter=ss.split_by_node, workersplitter=None)
+    splitters = ss.ShardStream(spec, nodesplitter=ss.split_by_node, workersplitter=None)
     assert splitters.split.mode == "shards" and splitters.split.worker_splitter is None
-    assert ss.Dataset(spec, resampled=True).split.mode == "resampled"
+    assert ss.ShardStream(spec, resampled=True).split.mode == "resampled"
     assert (
-        ss.Dataset(spec, verbose=True, shuffle_shards=False).fingerprint()
-        == ss.Dataset(spec, log_shards=True, shuffle_shards=False).fingerprint()
+        ss.ShardStream(spec, verbose=True, shuffle_shards=False).fingerprint()
+        == ss.ShardStream(spec, log_shards=True, shuffle_shards=False).fingerprint()
     )
 
 
@@ -174,35 +174,35 @@ def test_both_spellings_of_one_option_are_refused_naming_both(
     written: Path, kwargs: dict[str, Any], names: list[str]
 ) -> None:
     with pytest.raises(ConfigurationError, match="spell the same option") as caught:
-        ss.Dataset(str(written), **kwargs)
+        ss.ShardStream(str(written), **kwargs)
     assert all(name in str(caught.value) for name in names)
 
 
 def test_batch_size_without_a_split_says_what_it_is_for(written: Path) -> None:
     with pytest.raises(ConfigurationError) as caught:
-        ss.Dataset(str(written), batch_size=64)
+        ss.ShardStream(str(written), batch_size=64)
     message = str(caught.value)
     assert "batch_size=64 configures a planned split" in message
     assert "split='equal', batch_size=64" in message and ".batched(64)" in message
     with pytest.raises(ConfigurationError, match="take no splitter|takes no splitter"):
-        ss.Dataset(str(written), split="equal", nodesplitter=ss.split_by_node)
+        ss.ShardStream(str(written), split="equal", nodesplitter=ss.split_by_node)
 
 
 def test_an_unknown_length_recommends_a_planned_split_not_with_length(written: Path) -> None:
     with pytest.raises(TypeError) as caught:
-        len(ss.Dataset(str(written)))
+        len(ss.ShardStream(str(written)))
     message = str(caught.value)
     assert "split='equal'" in message and "with_epoch(n)" in message
     assert "with_length" not in message
-    assert len(ss.Dataset(str(written), split="equal")) == COUNT * PER_SHARD
+    assert len(ss.ShardStream(str(written), split="equal")) == COUNT * PER_SHARD
 
 
 def test_names_say_map_style_or_iterable(written: Path) -> None:
-    assert repr(ss.Dataset(str(written))).startswith("Dataset(iterable, shards=10")
+    assert repr(ss.ShardStream(str(written))).startswith("ShardStream(iterable, shards=10")
     assert repr(WebDataset(str(written))).startswith("WebDataset(iterable, ")
     assert repr(ss.ShardDataset(str(written))).startswith("ShardDataset(map-style, shards=10")
-    assert repr(ss.Mix([ss.Dataset(str(written))])).startswith("Mix(iterable, sources=1")
-    for cls in (ss.Dataset, WebDataset, ss.Mix, ss.ObjectStream):
+    assert repr(ss.Mix([ss.ShardStream(str(written))])).startswith("Mix(iterable, sources=1")
+    for cls in (ss.ShardStream, WebDataset, ss.Mix, ss.ObjectStream):
         assert "iterable" in (cls.__doc__ or "").splitlines()[0], cls
     for cls in (ss.ShardDataset, ss.ObjectDataset):
         assert "map-style" in (cls.__doc__ or "").splitlines()[0], cls
@@ -218,7 +218,7 @@ def test_several_ranks_get_equal_counts_from_local_shards(written: Path) -> None
             os.remove(written / "_info.json")  # local shards are counted instead
         per_rank = []
         for rank in (0, 1):
-            dataset = ss.Dataset(three, world=ss.World(rank, 2))
+            dataset = ss.ShardStream(three, world=ss.World(rank, 2))
             assert dataset.split.mode == "equal"
             per_rank.append(len(list(dataset.batched(4))))
             assert len(dataset.batched(4)) == per_rank[-1]
@@ -233,7 +233,7 @@ def test_a_world_found_only_at_iteration_is_refused_at_the_start_of_the_epoch(
     written: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     spec = str(written / "a-{000000..000009}.tar")
-    dataset = ss.Dataset(spec)  # built for one rank: whole shards, as before
+    dataset = ss.ShardStream(spec)  # built for one rank: whole shards, as before
     assert dataset.split.mode == "shards" and dataset.planned is None
     assert len(list(dataset)) == COUNT * PER_SHARD
     monkeypatch.setenv("WORLD_SIZE", "2")  # then the launcher's world appears
@@ -243,5 +243,5 @@ def test_a_world_found_only_at_iteration_is_refused_at_the_start_of_the_epoch(
     message = str(caught.value)
     assert "built for one rank" in message and "runs on 2 ranks" in message
     assert "split='equal'" in message and "init_process_group" in message
-    explicit = ss.Dataset(spec, split="shards")  # the old meaning, asked for: not refused
+    explicit = ss.ShardStream(spec, split="shards")  # the old meaning, asked for: not refused
     assert len(list(explicit)) == 5 * PER_SHARD  # rank 1 of 2: every other shard

@@ -221,7 +221,7 @@ def test_bare_relative_shard_in_a_dataset(tmp_path: object, monkeypatch: pytest.
         for i in range(3):
             sink.write({"__key__": f"k{i}", "cls": i})
     assert [s["__key__"] for s in ss.WebDataset("good.tar", shardshuffle=False)] == ["k0", "k1", "k2"]
-    assert [s["__key__"] for s in ss.Dataset("good.tar", shuffle_shards=False, cache=None)] == [
+    assert [s["__key__"] for s in ss.ShardStream("good.tar", shuffle_shards=False, cache=None)] == [
         "k0",
         "k1",
         "k2",

@@ -33,7 +33,7 @@ def _timed_generators(ds: Any) -> list[str]:
 
 def test_a_slow_map_stage_is_named_the_bottleneck(make_shards: ShardFactory) -> None:
     spec, keys = make_shards(counts=[40, 40])
-    ds = ss.Dataset(spec, telemetry=True).decode().map(slow_map).to_tuple("__key__", "txt")
+    ds = ss.ShardStream(spec, telemetry=True).decode().map(slow_map).to_tuple("__key__", "txt")
     got = [key for key, _ in ds]
     assert sorted(got) == sorted(keys)
     stats = json.loads(json.dumps(ds.stats()))  # plain data
@@ -51,7 +51,7 @@ def test_a_slow_map_stage_is_named_the_bottleneck(make_shards: ShardFactory) -> 
 
 def test_a_slow_training_loop_is_training_bound(make_shards: ShardFactory) -> None:
     spec, _ = make_shards(counts=[50, 50])
-    ds = ss.Dataset(spec, telemetry=True).to_tuple("__key__", "txt").batched(10)
+    ds = ss.ShardStream(spec, telemetry=True).to_tuple("__key__", "txt").batched(10)
     batches = 0
     for _ in ds:
         time.sleep(0.02)  # the "training step"
@@ -64,7 +64,7 @@ def test_a_slow_training_loop_is_training_bound(make_shards: ShardFactory) -> No
 
 def test_counts_bytes_io_and_tar_are_reported(make_shards: ShardFactory, tmp_path: Path) -> None:
     spec, keys = make_shards(counts=[30, 20, 25])
-    ds = ss.Dataset(spec, shuffle_shards=False, telemetry=True).to_tuple("__key__", "txt").batched(8)
+    ds = ss.ShardStream(spec, shuffle_shards=False, telemetry=True).to_tuple("__key__", "txt").batched(8)
     assert sum(len(b[0]) for b in ds) == 75
     stats = ds.stats()
     sizes = sum(p.stat().st_size for p in (tmp_path / "data").glob("*.tar"))
@@ -81,7 +81,7 @@ def test_counts_bytes_io_and_tar_are_reported(make_shards: ShardFactory, tmp_pat
 
 def test_off_wraps_nothing_and_says_how_to_turn_it_on(make_shards: ShardFactory) -> None:
     spec, _ = make_shards(counts=[10])
-    ds = ss.Dataset(spec).map(slow_map)
+    ds = ss.ShardStream(spec).map(slow_map)
     it = iter(ds)
     next(it)
     names = _timed_generators(ds)
@@ -89,7 +89,7 @@ def test_off_wraps_nothing_and_says_how_to_turn_it_on(make_shards: ShardFactory)
     it.close()  # type: ignore[attr-defined]
     stats = json.loads(json.dumps(ds.stats()))
     assert stats["telemetry"] is False and "SHARDSTREAM_TELEMETRY=1" in stats["verdict"]
-    on = ss.Dataset(spec).map(slow_map).batched(2).with_telemetry()
+    on = ss.ShardStream(spec).map(slow_map).batched(2).with_telemetry()
     it = iter(on)
     next(it)
     assert {"clocked", "timed_map"} <= set(_timed_generators(on))
@@ -102,7 +102,7 @@ def test_counts_are_exact_at_every_moment_and_the_reader_is_timed_by_the_map_aft
     # Untimed items pass in runs (1 to 255 items); a count read in the middle of a run, at its
     # end, or after the consumer stopped is still exact.
     spec, _ = make_shards(counts=[600, 400])
-    ds = ss.Dataset(spec, shuffle_shards=False, telemetry=True).decode().map(lambda s: s)
+    ds = ss.ShardStream(spec, shuffle_shards=False, telemetry=True).decode().map(lambda s: s)
     it = iter(ds)
     names = None
     for k in range(1, 1001):
@@ -124,17 +124,17 @@ def test_counts_are_exact_at_every_moment_and_the_reader_is_timed_by_the_map_aft
             break
     assert ds.stats()["samples"] == 1777
     # A reader followed by something else than a map keeps its layer.
-    shuffled = ss.Dataset(spec, telemetry=True).shuffle(10).to_tuple("__key__", "txt")
+    shuffled = ss.ShardStream(spec, telemetry=True).shuffle(10).to_tuple("__key__", "txt")
     assert len(list(shuffled)) == 1000 and shuffled.stats()["samples"] == 1000
 
 
 def test_the_environment_turns_it_on(make_shards: ShardFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     spec, _ = make_shards(counts=[10, 5])
     monkeypatch.setenv("SHARDSTREAM_TELEMETRY", "1")
-    ds = ss.Dataset(spec)
+    ds = ss.ShardStream(spec)
     assert len(list(ds)) == 15
     assert ds.stats()["telemetry"] is True and ds.stats()["samples"] == 15
-    assert ss.Dataset(spec, telemetry=False).stats()["telemetry"] is False  # explicit wins
+    assert ss.ShardStream(spec, telemetry=False).stats()["telemetry"] is False  # explicit wins
 
 
 def test_skips_are_counted_the_same_with_and_without_telemetry(make_shards: ShardFactory) -> None:
@@ -147,7 +147,7 @@ def test_skips_are_counted_the_same_with_and_without_telemetry(make_shards: Shar
 
     results = []
     for telemetry in (False, True):
-        ds = ss.Dataset(spec, shuffle_shards=False, telemetry=telemetry).map(
+        ds = ss.ShardStream(spec, shuffle_shards=False, telemetry=telemetry).map(
             flaky, handler=ignore_and_continue
         )
         keys = [s["__key__"] for s in ds]
@@ -161,7 +161,7 @@ def test_skips_are_counted_the_same_with_and_without_telemetry(make_shards: Shar
 
 def test_a_periodic_log_line(make_shards: ShardFactory, caplog: pytest.LogCaptureFixture) -> None:
     spec, _ = make_shards(counts=[30])
-    ds = ss.Dataset(spec).map(slow_map).with_telemetry(log_interval=0.01)
+    ds = ss.ShardStream(spec).map(slow_map).with_telemetry(log_interval=0.01)
     with caplog.at_level(logging.INFO, logger="shardstream.telemetry.recorder"):
         assert len(list(ds)) == 30
     lines = [r.getMessage() for r in caplog.records if r.name == "shardstream.telemetry.recorder"]
@@ -171,7 +171,7 @@ def test_a_periodic_log_line(make_shards: ShardFactory, caplog: pytest.LogCaptur
 
 def test_compose_counts_apart_and_epochs_add_up(make_shards: ShardFactory) -> None:
     spec, _ = make_shards(counts=[12])
-    base = ss.Dataset(spec, telemetry=True)
+    base = ss.ShardStream(spec, telemetry=True)
     mapped = base.map(slow_map)
     assert len(list(mapped)) == 12 and len(list(mapped)) == 12  # two epochs
     assert mapped.stats()["samples"] == 24
@@ -216,7 +216,7 @@ def test_a_map_with_rare_long_calls_keeps_its_time(make_shards: ShardFactory) ->
         return sample
 
     ds = (
-        ss.Dataset(spec, shuffle_shards=False, telemetry=True)
+        ss.ShardStream(spec, shuffle_shards=False, telemetry=True)
         .map(stalls)
         .to_tuple("__key__", "cls")
         .batched(8)

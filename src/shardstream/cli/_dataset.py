@@ -2,7 +2,7 @@
 
 A URLSPEC is what every front door accepts (:mod:`shardstream.datasets.specs`: brace ranges,
 ``${VAR}`` variables, ``::``-joined parts, a local directory or glob, a store prefix ending in
-``/``, an ``_info.json``), resolved by the same function as ``ss.Dataset``'s, so a spec that
+``/``, an ``_info.json``), resolved by the same function as ``ss.ShardStream``'s, so a spec that
 works here works there. Unlike a dataset, a command does not refuse missing shards up front: it
 reports them itself (``ls`` and ``stat`` show an index's rows for shards that are not there,
 ``verify`` counts each missing shard as a problem).

@@ -124,9 +124,9 @@ def prepare_dataset(directory: Path, samples: int, per_shard: int) -> tuple[list
 
 def _load_jpegs(shards: list[Path]) -> list[bytes]:
     """Every sample's ``jpg`` field, read with shardstream (no decoding)."""
-    from ..datasets import Dataset
+    from ..datasets import ShardStream
 
-    return [bytes(sample["jpg"]) for sample in Dataset([str(p) for p in shards], shuffle_shards=False)]
+    return [bytes(sample["jpg"]) for sample in ShardStream([str(p) for p in shards], shuffle_shards=False)]
 
 
 def next_commands(shards: Path, workers: int) -> list[tuple[str, str]]:

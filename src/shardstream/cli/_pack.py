@@ -288,7 +288,7 @@ def unpack(src: str, dst: str, *, storage_options: dict[str, Any] | None = None)
             NUL (it would be written outside ``dst`` or under another name); the samples before it
             are written, it and the rest are not.
     """
-    from ..datasets.dataset import Dataset
+    from ..datasets.shard_stream import ShardStream
     from ..objects import MANIFEST_NAME, Manifest
     from ..sources import create_url
 
@@ -296,7 +296,7 @@ def unpack(src: str, dst: str, *, storage_options: dict[str, Any] | None = None)
     keys: list[str] = []
     sizes: list[int] = []
     count = 0
-    for sample in Dataset(src, shuffle_shards=False, cache=None, storage_options=storage_options):
+    for sample in ShardStream(src, shuffle_shards=False, cache=None, storage_options=storage_options):
         count += 1
         fields = list(_fields(sample))
         for ext, _ in fields:  # every field checked before any is written

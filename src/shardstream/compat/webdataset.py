@@ -1,4 +1,4 @@
-"""WebDataset's ``WebDataset`` class: its 1.0.2 arguments translated onto the native Dataset."""
+"""WebDataset's ``WebDataset`` class: its 1.0.2 arguments translated onto the native ShardStream."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from ..config import UNSET, Unset
-from ..datasets.dataset import Dataset
 from ..datasets.options import WARNED, warn_unused
+from ..datasets.shard_stream import ShardStream
 from ..errors import ConfigurationError
 from ..handlers import Handler, reraise_exception
 from ..pipeline.cached import Cached
@@ -31,11 +31,11 @@ log = logging.getLogger(__name__)
 Splitter = Callable[..., Iterator[Any]]
 
 
-class WebDataset(Dataset):
+class WebDataset(ShardStream):
     """An iterable dataset over WebDataset shards, with WebDataset 1.0.2's constructor.
 
-    The arguments go through the same translation as :class:`shardstream.Dataset`'s own
-    (:mod:`shardstream.datasets.options`; ``ss.Dataset`` accepts these spellings too), with
+    The arguments go through the same translation as :class:`shardstream.ShardStream`'s own
+    (:mod:`shardstream.datasets.options`; ``ss.ShardStream`` accepts these spellings too), with
     WebDataset's defaults for what is not given (``docs/migrating-from-webdataset.md`` lists where the
     behaviour deliberately differs). None is silently ignored: one that has no effect in the given
     configuration (``url_to_name=`` or ``cache_size=`` without a cache directory,
@@ -48,7 +48,7 @@ class WebDataset(Dataset):
 
     shardstream's additions are keyword-only: ``storage_options``, ``allow_pipe``, ``source``,
     ``split``, ``batch_size``, ``epoch_size``, ``granularity``, ``index``, ``count_cache``,
-    ``world``, ``read_ahead``; see :class:`shardstream.Dataset` and
+    ``world``, ``read_ahead``; see :class:`shardstream.ShardStream` and
     :class:`shardstream.SplitPolicy`.
 
     Args:

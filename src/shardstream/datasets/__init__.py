@@ -1,6 +1,6 @@
 """The front doors: the datasets users construct.
 
-* :class:`Dataset` (:mod:`.dataset`): shards from a spec, with a split and a cache policy;
+* :class:`ShardStream` (:mod:`.shard_stream`): shards from a spec, with a split and a cache policy;
 * :class:`ObjectStream` (:mod:`.object_stream`): an iterable dataset over single-sample objects;
 * :class:`ObjectDataset` (:mod:`.object_dataset`): the map-style dataset over the same objects;
 * :class:`Mix` (:mod:`.mix`): several datasets interleaved in set proportions, resumably;
@@ -9,7 +9,7 @@
 * :func:`resolve_shards` (:mod:`.specs`): the one grammar of shard specs every front door (and
   the command line) resolves with, checked before the first sample;
 * :mod:`.options`: the one translation of both spellings of the options (shardstream's and
-  WebDataset's) that ``Dataset`` and ``WebDataset`` share.
+  WebDataset's) that ``ShardStream`` and ``WebDataset`` share.
 
 Layering: builds on everything below (readers, stages, cache, sources, formats); used by the
 loader's users and the facades. Names are imported on first access (PEP 562): the command line
@@ -23,17 +23,17 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .dataset import Dataset, make_source
     from .mix import Mix
     from .object_dataset import ObjectDataset
     from .object_stream import ObjectStream
     from .policy import CachePolicy, SplitPolicy
     from .shard_dataset import ShardDataset
+    from .shard_stream import ShardStream, make_source
     from .specs import resolve_shards
 
 __all__ = [
     "CachePolicy",
-    "Dataset",
+    "ShardStream",
     "Mix",
     "ObjectDataset",
     "ObjectStream",
@@ -46,13 +46,13 @@ __all__ = [
 #: name -> the module of this package that defines it.
 _MODULES = {
     "CachePolicy": "policy",
-    "Dataset": "dataset",
+    "ShardStream": "shard_stream",
     "Mix": "mix",
     "ObjectDataset": "object_dataset",
     "ObjectStream": "object_stream",
     "ShardDataset": "shard_dataset",
     "SplitPolicy": "policy",
-    "make_source": "dataset",
+    "make_source": "shard_stream",
     "resolve_shards": "specs",
 }
 

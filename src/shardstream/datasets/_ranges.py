@@ -21,7 +21,7 @@ in request order (or, in a request's place, the exception that stopped it):
    completely cached is read from the cache entry (a ``pread``); other runs go to the origin as
    ranges and do *not* fill the cache. Random access touches a few samples per shard, so filling
    whole shards would download what is never read (the cost ``wids`` pays); the cache pays off
-   when the same cache directory is also filled by streaming (``ss.Dataset(cache=...)``) or by
+   when the same cache directory is also filled by streaming (``ss.ShardStream(cache=...)``) or by
    ``ShardCache.get_file``.
 
 Rejected: a pool of threads, each calling the source's ranged ``open`` (what this module did

@@ -275,7 +275,7 @@ def _compressed(url: str) -> str:
     return (
         f"{redact_url(url)} is compressed; random access reads a sample's byte range, which a "
         "compressed stream does not allow. Write uncompressed shards (ShardWriter(compress=False), "
-        "the default for names ending in .tar) or stream this dataset with ss.Dataset instead"
+        "the default for names ending in .tar) or stream this dataset with ss.ShardStream instead"
     )
 
 

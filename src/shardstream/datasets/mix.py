@@ -5,7 +5,11 @@
     import shardstream as ss
 
     mix = ss.Mix(
-        [ss.Dataset(laion, split="equal"), ss.Dataset(cc12m, split="equal"), ss.Dataset(coyo, split="equal")],
+        [
+            ss.ShardStream(laion, split="equal"),
+            ss.ShardStream(cc12m, split="equal"),
+            ss.ShardStream(coyo, split="equal"),
+        ],
         weights=[0.5, 0.3, 0.2],
         stop="all_exhausted",
     ).shuffle(1000).decode("rgb8").to_tuple("jpg", "txt").batched(64)
@@ -29,7 +33,7 @@ from ..pipeline.mix import MixSource
 from ..pipeline.pipeline import DataPipeline
 from ..shards.mixing import balanced_count, phases
 from ..shards.world import World
-from .dataset import Dataset
+from .shard_stream import ShardStream
 from .specs import Spec
 
 __all__ = ["Mix"]
@@ -41,11 +45,11 @@ class Mix(DataPipeline, FluidInterface):
     """An iterable dataset: several datasets' items interleaved in set proportions, deterministically.
 
     Args:
-        datasets: the sources: ``Dataset``, ``WebDataset`` or any ``DataPipeline``, each with its
+        datasets: the sources: ``ShardStream``, ``WebDataset`` or any ``DataPipeline``, each with its
             own shards, ``split=``, shuffles and seed (a source's ``repeat()``/``with_epoch()``
             is refused: the mixture runs the passes, by ``stop``); or a shard spec, as every
             front door takes it (``"laion/"``, ``"s3://bucket/cc12m/"``, a brace pattern, a
-            list of URLs), which becomes ``ss.Dataset(spec, world=world)`` with its defaults.
+            list of URLs), which becomes ``ss.ShardStream(spec, world=world)`` with its defaults.
         weights: one positive weight per source, normalised (default: equal). A weight above a
             source's share of the data repeats that source (upsampling) under
             ``"all_exhausted"`` and ``"never"``.
@@ -96,11 +100,11 @@ class Mix(DataPipeline, FluidInterface):
         super().__init__(seed=seed, world=world, telemetry=telemetry)
         if stop not in STOPS:
             raise ConfigurationError(f"stop={stop!r} is unknown; use one of {', '.join(map(repr, STOPS))}")
-        sources: list[Any] = [Dataset(ds, world=world) if _is_spec(ds) else ds for ds in datasets]
+        sources: list[Any] = [ShardStream(ds, world=world) if _is_spec(ds) else ds for ds in datasets]
         for i, ds in enumerate(sources):
             if not isinstance(ds, DataPipeline):
                 raise ConfigurationError(
-                    f"source {i} of the mixture is a {type(ds).__name__}; pass ss.Dataset, WebDataset or "
+                    f"source {i} of the mixture is a {type(ds).__name__}; pass ss.ShardStream, WebDataset or "
                     "DataPipeline sources (their state is part of the mixture's), or shard specs"
                 )
             if ds.repetitions != 1 or ds.nsamples > 0:

@@ -1,13 +1,13 @@
-"""One set of option names for the two front doors: ``ss.Dataset``'s spellings and WebDataset's.
+"""One set of option names for the two front doors: ``ss.ShardStream``'s spellings and WebDataset's.
 
-``ss.Dataset(urls, shuffle_shards=False, cache=ss.CachePolicy(d, "500G"), split=ss.SplitPolicy(
-"equal", batch_size=64))`` and ``ss.Dataset(urls, shardshuffle=False, cache_dir=d, cache_size=
+``ss.ShardStream(urls, shuffle_shards=False, cache=ss.CachePolicy(d, "500G"), split=ss.SplitPolicy(
+"equal", batch_size=64))`` and ``ss.ShardStream(urls, shardshuffle=False, cache_dir=d, cache_size=
 "500G", split="equal", batch_size=64)`` are the same dataset, and ``WebDataset`` passes its
 arguments through the same translation (:func:`translate`), so the two doors cannot drift apart.
 Each pair of spellings is one option: giving both raises, naming them.
 
 =============================  ==========================================================
-shardstream                    WebDataset's spelling (also accepted by ``ss.Dataset``)
+shardstream                    WebDataset's spelling (also accepted by ``ss.ShardStream``)
 =============================  ==========================================================
 ``shuffle_shards=``            ``shardshuffle=`` (True or a number: shuffle; None/False/0: not)
 ``cache=CachePolicy(...)``     ``cache_dir=``, ``cache_size=``, ``url_to_name=``
@@ -19,7 +19,7 @@ shardstream                    WebDataset's spelling (also accepted by ``ss.Data
 =============================  ==========================================================
 
 What stays each door's own: its defaults for what is not given (``WebDataset`` keeps WebDataset
-1.0.2's: one node, no shard shuffle; ``ss.Dataset`` chooses its split from the world,
+1.0.2's: one node, no shard shuffle; ``ss.ShardStream`` chooses its split from the world,
 :func:`~shardstream.datasets.policy.default_split`).
 """
 

@@ -1,4 +1,4 @@
-"""Small value objects that configure a :class:`~shardstream.datasets.dataset.Dataset`.
+"""Small value objects that configure a :class:`~shardstream.datasets.shard_stream.ShardStream`.
 
 :class:`SplitPolicy` says how shards are divided among ranks and DataLoader workers;
 :class:`CachePolicy` whether and where remote shards are cached. Both are frozen, validate
@@ -21,9 +21,9 @@ __all__ = ["CachePolicy", "SplitPolicy", "default_split"]
 
 _MODES = ("shards", "equal", "exact", "resampled")
 
-#: Why a Dataset built for one rank without ``split=`` refuses to run on several (``{ranks}``).
+#: Why a ShardStream built for one rank without ``split=`` refuses to run on several (``{ranks}``).
 _BUILT_FOR_ONE_RANK = (
-    "this Dataset was built for one rank (no split= given, and no process group, RANK/WORLD_SIZE "
+    "this ShardStream was built for one rank (no split= given, and no process group, RANK/WORLD_SIZE "
     "or world= when it was built) and now runs on {ranks} ranks: whole shards per rank would give "
     "the ranks different numbers of batches (a hang at the next all-reduce). Build the dataset "
     "after init_process_group() (the default then gives every rank the same number of batches), "
@@ -166,7 +166,7 @@ def _bytes(size: int | str | None) -> int | None:
 
 
 def default_split(world_size: int, counts_known: bool, where: str = "") -> SplitPolicy:
-    """The native ``Dataset``'s split when none is given, for a world of ``world_size`` ranks.
+    """The native ``ShardStream``'s split when none is given, for a world of ``world_size`` ranks.
 
     One rank: ``"shards"`` (with one rank it only divides the shards among DataLoader workers),
     whose rank splitter refuses, at the start of an epoch, a world of several ranks found then
@@ -188,7 +188,7 @@ def default_split(world_size: int, counts_known: bool, where: str = "") -> Split
     if counts_known:
         return SplitPolicy("equal")
     raise ConfigurationError(
-        f"Dataset runs on {world_size} ranks without split=, and the sample counts of its shards are "
+        f"ShardStream runs on {world_size} ranks without split=, and the sample counts of its shards are "
         "unknown (remote shards, and no _info.json beside them lists them), so the default, the same "
         "number of batches on every rank, would need every rank to read every shard first. Pass "
         "split='equal' to count the samples first (one read of every shard; count_cache= keeps the "

@@ -1,6 +1,6 @@
 """Shard specs -> shard URLs, checked before the first sample: the one grammar of every front door.
 
-``ss.Dataset``, ``WebDataset``, ``ShardDataset`` and the command line (``ls``, ``stat``,
+``ss.ShardStream``, ``WebDataset``, ``ShardDataset`` and the command line (``ls``, ``stat``,
 ``verify``, ``index``, ``unpack``, ``bench``) all turn what they are given into URLs here. A spec
 is one of, or a list or ``::``-joined string of:
 

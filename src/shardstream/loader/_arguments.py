@@ -52,14 +52,14 @@ def check_dataloader_arguments(
         raise ValueError(
             f"shuffle={shuffle!r}: ss.Loader reads a pipeline in the pipeline's own order and has no "
             "indices to permute (torch refuses shuffle=True for an IterableDataset too). Shuffle in the "
-            "pipeline: the shard order with Dataset(shuffle_shards=True) (the default) and the samples "
-            "with .shuffle(n) (a buffer of n samples), both seeded by Dataset(seed=) and the epoch"
+            "pipeline: the shard order with ShardStream(shuffle_shards=True) (the default) and the samples "
+            "with .shuffle(n) (a buffer of n samples), both seeded by ShardStream(seed=) and the epoch"
         )
     if sampler is not None:
         raise ValueError(
             f"sampler={sampler!r}: a pipeline has no indices to sample (torch refuses a sampler for an "
             "IterableDataset too). The dataset splits its shards between ranks and workers "
-            "(Dataset(split=...)) and its stages choose samples (.shuffle(n), .select(fn)); for a "
+            "(ShardStream(split=...)) and its stages choose samples (.shuffle(n), .select(fn)); for a "
             "map-style dataset with a sampler, use torch's DataLoader"
         )
     if batch_sampler is not None:
@@ -104,7 +104,7 @@ def check_thread_mode(*, worker_init_fn: Any, multiprocessing_context: Any, gene
         raise ValueError(
             f"worker_init_fn={worker_init_fn!r} with num_workers=0: thread mode starts no worker process, "
             "so there is none to initialise. Set up this process before iterating; seed the "
-            "pipeline's shuffles with Dataset(seed=); or use num_workers > 0, where worker_init_fn runs "
+            "pipeline's shuffles with ShardStream(seed=); or use num_workers > 0, where worker_init_fn runs "
             "in each worker after shardstream's own setup"
         )
     if multiprocessing_context is not None:
@@ -116,7 +116,7 @@ def check_thread_mode(*, worker_init_fn: Any, multiprocessing_context: Any, gene
     if generator is not None:
         raise ValueError(
             f"generator={generator!r} with num_workers=0: thread mode seeds no worker, and a pipeline "
-            "draws its shard and sample orders from Dataset(seed=) and the epoch, not from torch's "
+            "draws its shard and sample orders from ShardStream(seed=) and the epoch, not from torch's "
             "random generator: pass seed= to the dataset. With num_workers > 0 the generator seeds "
             "the workers' torch random state (torch.initial_seed() in each worker), as in a DataLoader"
         )

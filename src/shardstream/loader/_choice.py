@@ -18,7 +18,7 @@ threads at full speed would keep the GIL busy ``n`` times that share of the time
   below the bound and leave the fewest cores unused: *both*, on machines with many cores.
 
 Processes are a choice only where they give the same epochs as threads (:func:`worker_split`):
-the pipeline shares its shards or samples among worker processes (``Dataset``'s splits,
+the pipeline shares its shards or samples among worker processes (``ShardStream``'s splits,
 ``split_by_worker``, object streams, mixtures of such) and counts its epochs as a whole
 (no ``with_epoch``/``repeat``, whose counts are per process).
 """

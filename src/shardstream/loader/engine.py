@@ -138,7 +138,7 @@ class Loader:
     """Batches from a shardstream pipeline for a training loop (see the module docstring).
 
     Args:
-        dataset: a shardstream pipeline (``Dataset``, ``WebDataset``, ``ObjectStream``,
+        dataset: a shardstream pipeline (``ShardStream``, ``WebDataset``, ``ObjectStream``,
             ``DataPipeline``, video clips, ...); the loader never changes it.
         batch_size: samples per batch; ``None`` when the pipeline batches (``.batched(n)``).
 
@@ -181,7 +181,7 @@ class Loader:
             mode.
         generator: process mode: the torch generator that seeds the workers' torch random state
             (``torch.initial_seed()`` in each), as in a DataLoader. Refused in thread mode: the
-            pipeline's shuffles come from ``Dataset(seed=)``.
+            pipeline's shuffles come from ``ShardStream(seed=)``.
         shuffle: DataLoader's; only ``None``/``False`` is taken (shuffle in the pipeline:
             ``.shuffle(n)``; ``_arguments.py`` says why for each of these five).
         sampler: DataLoader's; only ``None`` is taken (a pipeline orders its own samples).
@@ -232,8 +232,9 @@ class Loader:
     ) -> None:
         if not isinstance(dataset, LoaderDataset):
             raise TypeError(
-                f"ss.Loader runs shardstream pipelines (Dataset, WebDataset, DataPipeline, ObjectStream); "
-                f"got {type(dataset).__name__}. Wrap other iterables in DataPipeline(iterable, ...)"
+                "ss.Loader runs shardstream pipelines (ShardStream, WebDataset, DataPipeline, "
+                f"ObjectStream); got {type(dataset).__name__}. Wrap other iterables in "
+                "DataPipeline(iterable, ...)"
             )
         auto = None
         if num_threads is None and num_workers is None:

@@ -326,7 +326,7 @@ class WebLoader(DataLoader, FluidInterface):  # type: ignore[type-arg]
         if not self._stateful:
             raise StateError(
                 f"{type(self.dataset).__name__} cannot save its position: state_dict() needs a "
-                "shardstream pipeline (Dataset, WebDataset, DataPipeline) as the loader's dataset"
+                "shardstream pipeline (ShardStream, WebDataset, DataPipeline) as the loader's dataset"
             )
         if self._pending is not None:
             return dict(self._pending["state"])

@@ -4,7 +4,7 @@
 iterator, a :class:`RunContext` the epoch, world and seed they share); :class:`DataPipeline`
 chains stages; the other modules are one family of sample stages each (batch, fields, mapping,
 decode, shuffle, window, sampling, annotate, cached). The stages that *start* a pipeline (shard
-lists, shard and object readers) are in :mod:`shardstream.readers`; the front doors (``Dataset``,
+lists, shard and object readers) are in :mod:`shardstream.readers`; the front doors (``ShardStream``,
 ``ObjectStream``, ``ObjectDataset``) in :mod:`shardstream.datasets`.
 
 Layering: builds on planning (:mod:`shardstream.shards`), telemetry, the sources (types only)

@@ -2,7 +2,7 @@
 
 Every method only composes a stage onto a copy of the pipeline (``compose``), so the fluent and
 explicit (:class:`~shardstream.pipeline.DataPipeline`) surfaces share one implementation. The
-methods return the type they are called on (``Self``), so a typed ``Dataset`` stays a ``Dataset``.
+methods return the type they are called on (``Self``), so a typed ``ShardStream`` stays a ``ShardStream``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ Self = TypeVar("Self", bound="FluidInterface")
 
 
 class FluidInterface:
-    """Chainable methods shared by Dataset, WebDataset, FluidWrapper and WebLoader."""
+    """Chainable methods shared by ShardStream, WebDataset, FluidWrapper and WebLoader."""
 
     def compose(self: Self, *stages: Any) -> Self:
         raise NotImplementedError

@@ -148,7 +148,7 @@ def pipeline_stats(
             "stages": [
                 {"stage": label, "skipped": s.skipped, "last_error": s.last_error} for label, s in skips
             ],
-            "verdict": "telemetry is off: Dataset(..., telemetry=True), .with_telemetry(), "
+            "verdict": "telemetry is off: ShardStream(..., telemetry=True), .with_telemetry(), "
             "WebLoader(..., telemetry=True) or SHARDSTREAM_TELEMETRY=1",
         }
     report["skipped"] = sum(s.skipped for _, s in skips)

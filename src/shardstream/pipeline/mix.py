@@ -58,7 +58,7 @@ class MixSource(Stage):
     """Items of several pipelines interleaved by a schedule (see the module docstring).
 
     Args:
-        sources: the pipelines (``Dataset``, ``WebDataset``, ``DataPipeline``); any other
+        sources: the pipelines (``ShardStream``, ``WebDataset``, ``DataPipeline``); any other
             iterable is iterated afresh for every pass (a list keeps an index; anything else
             makes the mixture replay on restore).
         weights: one weight per source (default: equal). ``"balanced"`` needs them positive.

@@ -278,7 +278,7 @@ class Splitter(Stage):
         refusal: when set, an epoch in a world of several ranks raises a
             :class:`~shardstream.errors.ConfigurationError` with this message (``{ranks}``
             replaced by their number) instead of splitting: a split chosen for one rank (the
-            native ``Dataset``'s default) that finds itself under DDP, where whole shards per
+            native ``ShardStream``'s default) that finds itself under DDP, where whole shards per
             rank would give the ranks different batch counts.
     """
 
@@ -391,7 +391,7 @@ def _warn_uneven(items: Sequence[Any], ctx: RunContext) -> None:
         "split_by_node gives the %d ranks different amounts of data in epoch %d (%s %s, from the "
         "shards' _info.json): under DDP the rank that runs out first waits forever in the next "
         "collective, unless with_epoch(n) caps every rank's epoch. Use split='equal' with batch_size= "
-        "(WebDataset(urls, split='equal', batch_size=b), or Dataset(urls) without split=) for the "
+        "(WebDataset(urls, split='equal', batch_size=b), or ShardStream(urls) without split=) for the "
         "same number of batches on every rank, or resampled=True with .with_epoch(n).",
         ranks,
         ctx.epoch,

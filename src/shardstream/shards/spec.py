@@ -66,7 +66,7 @@ def expand_urls(urls: str | Iterable[str], environ: Mapping[str, str] | None = N
     else:
         urls = list(urls)
         if urls and not [u for u in urls if type(u) is not str or _special(u)]:
-            return urls  # already a list of URLs (Dataset hands its own to the planner): no copies
+            return urls  # already a list of URLs (ShardStream hands its own to the planner): no copies
         specs = [u for spec in urls for u in (spec.split("::") if isinstance(spec, str) else [str(spec)])]
     result: list[str] = []
     for spec in specs:

@@ -5,13 +5,13 @@
     import shardstream as ss
 
     ds = (
-        ss.Dataset("s3://bucket/train-{000000..000999}.tar",
+        ss.ShardStream("s3://bucket/train-{000000..000999}.tar",
                    split=ss.SplitPolicy("equal", batch_size=64),
                    cache=ss.CachePolicy("/scratch/cache", "500G"))
         .shuffle(1000).decode("rgb8").to_tuple("jpg", "cls").batched(64)
     )
 
-``Dataset`` only assembles stages that exist on their own (a shard list, its shuffle and split,
+``ShardStream`` only assembles stages that exist on their own (a shard list, its shuffle and split,
 or the epoch planner; a reader with a format and a source, cached or not). Its spec goes through
 the one resolver every front door uses (:mod:`.specs`), its options through the one translation
 WebDataset's ``WebDataset`` class uses too (:mod:`.options`), and its default split is chosen
@@ -41,7 +41,7 @@ from .options import translate
 from .policy import CachePolicy, SplitPolicy, default_split
 from .specs import Spec, check_shards, resolve_shards
 
-__all__ = ["Dataset", "make_source"]
+__all__ = ["ShardStream", "make_source"]
 
 
 def make_source(
@@ -69,7 +69,7 @@ def make_source(
     return inner
 
 
-class Dataset(DataPipeline, FluidInterface):
+class ShardStream(DataPipeline, FluidInterface):
     """An iterable dataset over tar shards: shard order, split, reading and cache set by value objects.
 
     Arguments by concern: order and splitting (``split`` to ``world``); reading (``format`` to
