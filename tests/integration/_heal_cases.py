@@ -72,20 +72,20 @@ def pipeline(case: str, urls: list[str], fault: Any = None, world: Any = None, b
         return ds.map(fault) if fault is not None else ds.map(_same)
 
     if case == "plain":
-        return faulty(ss.Dataset(urls, shuffle_shards=False)).to_tuple("__key__", "cls")
+        return faulty(ss.ShardStream(urls, shuffle_shards=False)).to_tuple("__key__", "cls")
     if case == "shuffled":
-        return faulty(ss.Dataset(urls, seed=3)).shuffle(20).decode().to_tuple("__key__", "cls")
+        return faulty(ss.ShardStream(urls, seed=3)).shuffle(20).decode().to_tuple("__key__", "cls")
     if case == "resampled":  # shards drawn with replacement, 40 samples per worker and epoch
-        ds = ss.Dataset(urls, seed=3, split="resampled")
+        ds = ss.ShardStream(urls, seed=3, split="resampled")
         return faulty(ds).shuffle(10).decode().to_tuple("__key__", "cls").with_epoch(40)
     if case == "mix":
         sources = [
-            faulty(ss.Dataset(urls[:3], seed=3)).decode(),
-            ss.Dataset(urls[3:], seed=4).shuffle(10).decode(),
+            faulty(ss.ShardStream(urls[:3], seed=3)).decode(),
+            ss.ShardStream(urls[3:], seed=4).shuffle(10).decode(),
         ]
         return ss.Mix(sources, weights=[0.6, 0.4], stop="all_exhausted", seed=1).to_tuple("__key__", "cls")
     if case in ("equal", "exact"):  # every rank the same number of batches (under torch.distributed)
-        ds = ss.Dataset(urls, seed=5, world=world, split=ss.SplitPolicy(case, batch_size=batch))
+        ds = ss.ShardStream(urls, seed=5, world=world, split=ss.SplitPolicy(case, batch_size=batch))
         return faulty(ds).decode().to_tuple("__key__", "cls")
     raise ValueError(case)
 

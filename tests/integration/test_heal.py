@@ -225,7 +225,7 @@ def test_heal_a_worker_killed_in_the_middle_of_a_write_does_not_block_the_loader
     lock): the loader never waits in a read for the rest (``_results.py``)."""
 
     def loader() -> ss.WebLoader:
-        ds = ss.Dataset(urls, seed=3).map(_big).to_tuple("__key__", "big")
+        ds = ss.ShardStream(urls, seed=3).map(_big).to_tuple("__key__", "big")
         return ss.WebLoader(ds, batch_size=4, num_workers=2)
 
     full = _epoch(loader())
@@ -357,7 +357,10 @@ def test_heal_a_sample_that_kills_every_worker_is_named(
         "key": key,
         "stage": "stage 'map PoisonKey'",
     }
-    assert error.signal == "SIGKILL" and len(error.restarts) == 1
+    # One restart, or two: a batch the lost worker had made but not yet written into the pipe
+    # (its queue's feeder thread dies or stops with it) is made again by the replacement, which
+    # moves the position once before the sample takes its worker at the same position twice.
+    assert error.signal == "SIGKILL" and len(error.restarts) in (1, 2), error.restarts
     text = str(error)
     assert "second worker lost at the same position" in text
     assert f"key {key!r} of shard {urls[shard]} at byte offset {error.sample['offset']}" in text
@@ -375,7 +378,8 @@ def test_heal_a_sample_that_stalls_every_worker_is_named(urls: list[str], clean:
     error = caught.value
     assert error.sample is not None and error.sample["key"] == "s5_003"
     assert error.sample["offset"] == _offset(urls[5], "s5_003")
-    assert "stalled too" in str(error) and "state T" in str(error) and len(error.restarts) == 1
+    assert "stalled too" in str(error) and "state T" in str(error)
+    assert len(error.restarts) in (1, 2), error.restarts  # (see the test above)
 
 
 def test_heal_past_the_budget_the_error_lists_every_restart(
@@ -456,7 +460,7 @@ def test_heal_thread_mode_handles_a_raising_stage_and_names_a_blocked_pool_threa
     as in one thread; one that blocks past ``worker_timeout`` raises with every thread's stack
     (the producer's and the pool's) and says that a thread cannot be killed, so nothing is
     replaced there."""
-    plain = ss.Dataset(urls, shuffle_shards=False)
+    plain = ss.ShardStream(urls, shuffle_shards=False)
     every = {
         k for b in _epoch(ss.Loader(plain.to_tuple("__key__", "cls"), batch_size=4, num_threads=1)) for k in b
     }

@@ -19,10 +19,13 @@ made ahead but not yet yielded are made again.
 
 The budget (``worker_restarts=``, 3 per epoch by default; 0: the first loss raises) bounds the
 restarts. Past it, or when the same worker is lost twice at the same position (a sample that
-kills or stalls whatever makes it), a diagnostic run finds the sample being made
-(``_diagnose.py``), and :class:`~shardstream.errors.WorkerDiedError` or
+kills or stalls whatever makes it), a diagnostic run (``_diagnose.py``) finds the sample being
+made, and :class:`~shardstream.errors.WorkerDiedError` or
 :class:`~shardstream.errors.WorkerStuckError` names it (shard, byte offset, key) with every
-restart of the epoch. A dataset that is not a shardstream pipeline cannot say where its workers
+restart of the epoch. A poison sample can cost two restarts rather than one: a batch the lost
+worker had made but not yet written into the result pipe (still in its queue's feeder thread) is
+made again by the replacement, which moves the position once before the sample takes a worker
+there twice. A dataset that is not a shardstream pipeline cannot say where its workers
 are: its first loss raises.
 """
 
