@@ -86,6 +86,8 @@ if _TYPE_CHECKING:
         TransientSourceError,
         UnsafeOperationError,
         UnsafePathError,
+        WorkerDiedError,
+        WorkerLostError,
         WorkerStuckError,
     )
     from .handlers import (
@@ -164,7 +166,7 @@ _MODULES: dict[str, str] = {
         "MissingFieldError ObjectChangedError PipeCommandError ResponseTooLargeError ShardFormatError "
         "ShardNotFoundError "
         "ShardStreamError SourceError SplitError StateError TransientSourceError UnsafeOperationError "
-        "UnsafePathError WorkerStuckError"
+        "UnsafePathError WorkerDiedError WorkerLostError WorkerStuckError"
     ),
     "shardstream.handlers": (
         "ignore_and_continue ignore_and_stop reraise_exception warn_and_continue warn_and_stop"
@@ -292,6 +294,8 @@ __all__ += [
     "TransientSourceError",
     "UnsafeOperationError",
     "UnsafePathError",
+    "WorkerDiedError",
+    "WorkerLostError",
     "WorkerStuckError",
 ]
 # WebDataset 1.0.2's top-level names and submodules, for ``import shardstream as wds``: thin

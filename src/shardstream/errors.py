@@ -22,7 +22,9 @@ clauses written for WebDataset keep working::
     │   └── PipeCommandError                 a pipe: command exited with a failing status
     ├── CacheError (OSError)                 the shard cache cannot be used
     │   └── CacheLockTimeout (TimeoutError)  waited too long for another process's download
-    └── WorkerStuckError (RuntimeError)      a worker sent no batch in time: names it, its PID, its stack
+    └── WorkerLostError (RuntimeError)       a worker process was lost and not replaced (no restarts left)
+        ├── WorkerDiedError                  it died: a signal (the OOM killer's SIGKILL) or a failing exit
+        └── WorkerStuckError                 it sent no batch in time: names it, its PID, its stack
 
 Messages state the value, the likely cause and the fix. They never contain credentials: URLs
 are passed through :func:`redact_url` before they are formatted, and :class:`ShardStreamError`
@@ -55,6 +57,8 @@ __all__ = [
     "TransientSourceError",
     "UnsafeOperationError",
     "UnsafePathError",
+    "WorkerDiedError",
+    "WorkerLostError",
     "WorkerStuckError",
     "redact_url",
 ]
@@ -444,20 +448,77 @@ class CacheError(ShardStreamError, OSError):
         return str(self.args[0]) if self.args else ""
 
 
-class WorkerStuckError(ShardStreamError, RuntimeError):
+class WorkerLostError(ShardStreamError, RuntimeError):
+    """A loader's worker process was lost and not replaced: its restarts were used up
+    (``worker_restarts=``, 3 per epoch by default; 0: the first loss ends the epoch), the same
+    position lost its worker twice (a sample that kills or stalls every worker that makes it), or
+    the dataset cannot say where its workers are (not a shardstream pipeline).
+
+    A ``RuntimeError``, like torch's own "DataLoader worker exited unexpectedly", so existing
+    handlers keep working.
+
+    Attributes:
+        worker: the worker's index. pid: its process ID.
+        restarts: the workers replaced before in this epoch, oldest first: ``{"worker", "pid",
+            "cause", "batch"}`` each.
+        sample: the sample that was being made when it was lost, found by a diagnostic run
+            (``{"url", "offset", "key", "stage"}``, ``offset`` ``None`` when the reader has no byte
+            offsets), or ``None`` (no diagnostic run, or it did not lose its process).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        worker: int,
+        pid: int | None,
+        restarts: list[dict[str, Any]] | None = None,
+        sample: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.worker, self.pid = worker, pid
+        self.restarts = list(restarts or [])
+        if sample is not None and sample.get("url") is not None:
+            sample = {**sample, "url": redact_url(sample["url"])}
+        self.sample = sample
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_restore, (type(self), self.args, self.__dict__))  # keyword-only arguments (see above)
+
+
+class WorkerDiedError(WorkerLostError):
+    """A loader's worker process died (killed by a signal, such as the kernel's OOM killer's
+    SIGKILL, or exited with a failing status) and was not replaced (see :class:`WorkerLostError`).
+
+    Attributes:
+        signal: the signal's name (``"SIGKILL"``), or ``None`` when it exited. exitcode: its exit
+            status (negative: killed by that signal number).
+    """
+
+    def __init__(
+        self, message: str, *, signal: str | None = None, exitcode: int | None = None, **kw: Any
+    ) -> None:
+        super().__init__(message, **kw)
+        self.signal, self.exitcode = signal, exitcode
+
+
+class WorkerStuckError(WorkerLostError):
     """A loader's worker process sent no batch within the loader's bound.
 
     A ``RuntimeError``, like torch's own ``DataLoader timed out`` error, so existing handlers keep
     working. The message names the worker, its PID, how it was started, its state and its Python
     stack (dumped by the worker on request), or says that it never ran Python code after the fork.
+    In process mode the loader ends a stuck worker and starts its workers again where they were
+    (:class:`WorkerLostError` says when it does not); in thread mode (``ss.Loader(num_workers=0)``)
+    the stacks are those of the loader's threads, which cannot be killed.
 
     Attributes:
         worker: the worker's index. pid: its process ID. stack: its Python stack ("" if none).
     """
 
-    def __init__(self, message: str, *, worker: int, pid: int | None, stack: str = "") -> None:
-        super().__init__(message)
-        self.worker, self.pid, self.stack = worker, pid, stack
+    def __init__(self, message: str, *, worker: int, pid: int | None, stack: str = "", **kw: Any) -> None:
+        super().__init__(message, worker=worker, pid=pid, **kw)
+        self.stack = stack
 
 
 class CacheLockTimeout(CacheError, TimeoutError):

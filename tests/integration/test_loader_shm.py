@@ -131,7 +131,8 @@ def test_every_stop_leaves_no_segment_and_no_worker(urls: list[str], how: str) -
 
 
 def test_a_killed_worker_is_an_immediate_error_naming_it(urls: list[str]) -> None:
-    loader = ss.Loader(_pipeline(urls, slow=0.02), batch_size=4, num_workers=2)
+    # worker_restarts=0: not replaced (test_heal.py has the replacements)
+    loader = ss.Loader(_pipeline(urls, slow=0.02), batch_size=4, num_workers=2, worker_restarts=0)
     it = iter(loader)
     _check(next(it))
     victim = multiprocessing.active_children()[0].pid

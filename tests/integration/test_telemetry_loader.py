@@ -67,6 +67,8 @@ def test_off_by_default(make_shards: ShardFactory) -> None:
     assert loader.stats() == {
         "telemetry": False,
         "verdict": "telemetry is off: WebLoader(..., telemetry=True) or SHARDSTREAM_TELEMETRY=1",
+        "restarts": {"count": 0, "causes": {}, "budget": 3, "recent": []},  # kept with telemetry off
+        "worker_pids": [],
     }
 
 

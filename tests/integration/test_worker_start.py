@@ -247,7 +247,7 @@ def test_a_stuck_worker_is_named_with_its_pid_and_python_stack(
     with pytest.raises(WorkerStuckError) as caught:
         it = iter(loader)
         stacks = loader._stacks
-        pids = [w.pid for w in it._workers]  # type: ignore[attr-defined]
+        pids = loader.stats()["worker_pids"]
         next(it)
     error = caught.value
     assert time.monotonic() - start < 30
@@ -265,7 +265,7 @@ def test_a_stuck_worker_is_named_with_its_pid_and_python_stack(
 def test_a_worker_that_never_ran_python_is_reported_as_such() -> None:
     loader = ss.WebLoader(StuckOnWorker0(), batch_size=None, num_workers=1, timeout=2)  # torch's bound
     it = iter(loader)
-    pid = it._workers[0].pid  # type: ignore[attr-defined]
+    [pid] = loader.stats()["worker_pids"]
     os.kill(pid, signal.SIGSTOP)  # stopped before its init: as a child stuck in its after-fork code
     with pytest.raises(WorkerStuckError) as caught:
         next(it)

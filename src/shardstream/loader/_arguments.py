@@ -25,7 +25,12 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["check_automatic_mode", "check_dataloader_arguments", "check_thread_mode"]
+__all__ = [
+    "check_automatic_mode",
+    "check_dataloader_arguments",
+    "check_thread_mode",
+    "check_worker_restarts",
+]
 
 
 def check_dataloader_arguments(
@@ -137,3 +142,18 @@ def check_automatic_mode(*, worker_init_fn: Any, multiprocessing_context: Any, g
                 f"process for {name} to apply to. Pass num_workers=M to run worker processes (where "
                 f"{name} is honoured), or drop it"
             )
+
+
+def check_worker_restarts(worker_restarts: Any) -> int:
+    """``worker_restarts=`` (lost worker processes replaced per epoch: ``_heal.py``), checked in
+    every mode so that a wrong value fails when the loader is built, not at the first loss.
+
+    Raises:
+        ValueError: naming the value and what to pass instead.
+    """
+    if isinstance(worker_restarts, bool) or not isinstance(worker_restarts, int) or worker_restarts < 0:
+        raise ValueError(
+            f"worker_restarts={worker_restarts!r}: give the number of lost workers to replace per "
+            "epoch, an integer of at least 0 (0: the first lost worker raises)"
+        )
+    return worker_restarts

@@ -51,6 +51,7 @@ __all__ = [
     "check_fingerprint",
     "fingerprint",
     "gather_ranks",
+    "live_plan",
     "loader_state",
     "rank_states",
     "restore_plan",
@@ -325,8 +326,7 @@ def loader_state(
         return {**state, "epoch": epoch, "next_worker": 0, "workers": [None] * workers}
     lag = live.yielded - live.trained if trainer_attached else held
     seen, last = live.rolled_back(max(lag, 0))
-    next_worker = (last + 1) % workers if last is not None else 0
-    state = {**state, "epoch": live.epoch, "next_worker": next_worker, "workers": seen}
+    state = {**state, "epoch": live.epoch, "next_worker": live.next_role(last), "workers": seen}
     if trainer_attached and world.world_size > 1 and _distributed():
         return gather_ranks(state)
     return state
@@ -357,12 +357,30 @@ class Live:
         self.seen[role] = state
         self.last = role
 
+    def next_role(self, last: int | None) -> int:
+        """The worker (role) whose batch comes after one of ``last``'s; with ``None`` (no batch of
+        this epoch yielded yet), the first of this epoch's round robin, which a restore may have
+        started at another worker than 0."""
+        return (last + 1) % len(self.roles) if last is not None else self.roles[0]
+
     def rolled_back(self, batches: int) -> tuple[list[Any], int | None]:
         """The worker states and last worker as they were ``batches`` batches ago."""
         seen, last = list(self.seen), self.last
         for role, before, last_before in list(self.undo)[::-1][: min(batches, len(self.undo))]:
             seen[role], last = before, last_before
         return seen, last
+
+
+def live_plan(live: Live) -> dict[str, Any]:
+    """The exact restore of the running epoch after its last batch yielded, as
+    :func:`restore_plan` makes it from that state (same world and ``num_workers``): what a loader
+    starts its workers at again when it replaces a lost one (``_heal.py``)."""
+    epoch = live.epoch
+    return {
+        "epoch": epoch,
+        "workers": [worker_restore(s, epoch) for s in live.seen],
+        "next_worker": live.next_role(live.last),
+    }
 
 
 def tracked(it: Any, live: Live) -> Any:

@@ -144,6 +144,8 @@ class LoaderTelemetry:
         self.start_ns = self.last_ns = 0
         self.next_log: float = self._next(time.perf_counter_ns())
         self.lock = threading.Lock()  # thread mode: batches are made on several threads at once
+        #: The loader's replaced workers (``_heal.Restarts``), counted in the report and the log line.
+        self.restarts: Any = None
 
     def _next(self, now: int) -> float:
         return now + self.log_interval * 1e9 if self.log_interval > 0 else float("inf")
@@ -174,7 +176,7 @@ class LoaderTelemetry:
                 item = item[1]
             if now >= self.next_log:
                 self.next_log = self._next(now)
-                log.info("telemetry (loader): %s", one_line(self.stats()))
+                self._log()
             yield item
 
     def wait(self, get: Callable[[], Any], *, first: bool) -> Any:
@@ -193,7 +195,14 @@ class LoaderTelemetry:
                 self.first_ns += now - t
             if now >= self.next_log:
                 self.next_log = self._next(now)
-                log.info("telemetry (loader): %s", one_line(self.stats()))
+                self._log()
+
+    def _log(self) -> None:
+        """The periodic log line, with the workers replaced so far when there were any."""
+        report = self.stats()
+        lost = report.get("restarts", {}).get("count", 0)
+        restarts = f"; {lost} worker restart(s): {report['restarts']['causes']}" if lost else ""
+        log.info("telemetry (loader): %s%s", one_line(report), restarts)
 
     def _take(self, packet: Any) -> None:
         _, _, number, token, schema, raw = packet
@@ -246,6 +255,8 @@ class LoaderTelemetry:
             for k, v in views.items()
         ]
         report["verdict"] = verdict(report, "worker")
+        if self.restarts is not None:
+            report["restarts"] = self.restarts.stats()
         return report
 
 

@@ -77,7 +77,12 @@ from ..pipeline.pipeline import close_iterator
 from ..pipeline.seams import LoaderDataset
 from ..telemetry.gil import gil_enabled
 from ..telemetry.report import threads_verdict
-from ._arguments import check_automatic_mode, check_dataloader_arguments, check_thread_mode
+from ._arguments import (
+    check_automatic_mode,
+    check_dataloader_arguments,
+    check_thread_mode,
+    check_worker_restarts,
+)
 from ._auto import AutoMode
 from ._length import batch_count, loader_length
 from ._state import Live, fingerprint, loader_state, restore_plan
@@ -165,6 +170,10 @@ class Loader:
             ``SHARDSTREAM_WORKER_TIMEOUT`` or 600; 0: wait forever). Process mode: the error names
             the worker, its PID and its Python stack (see ``WebLoader``); thread mode: the
             stacks of the producer and pool threads, which cannot be killed and are left behind.
+        worker_restarts: process mode: lost workers (killed by a signal such as the OOM killer's
+            SIGKILL, a failing exit, or stuck past ``worker_timeout``) replaced per epoch, the
+            epoch going on with exactly the batches of an uninterrupted run (default 3; 0: the
+            first loss raises); see ``WebLoader`` and ``docs/loaders.md``.
         worker_init_fn: process mode: called with the worker's index in each worker process,
             after shardstream's own setup (its threads, its buffers). Refused in thread mode.
         multiprocessing_context: process mode: how workers start (default: fork when no other
@@ -208,6 +217,7 @@ class Loader:
         persistent_workers: bool = True,
         timeout: float = 0,
         worker_timeout: float | None = None,
+        worker_restarts: int = 3,
         worker_init_fn: Callable[[int], None] | None = None,
         multiprocessing_context: Any = None,
         generator: Any = None,
@@ -264,6 +274,7 @@ class Loader:
         self.pin_memory, self.device = pin_memory, device
         self.persistent_workers = persistent_workers
         self.timeout, self.worker_timeout = timeout, worker_timeout
+        self.worker_restarts = check_worker_restarts(worker_restarts)  # used in process mode
         # Thread mode: the telemetry of every copy of the pipeline this loader runs, kept here so
         # that stats() reports every epoch after its copy is gone (process mode: the WebLoader's).
         self._thread_telemetry = thread_telemetry(dataset, telemetry) if num_workers == 0 else None
@@ -319,12 +330,15 @@ class Loader:
             pin_memory=self.pin_memory and ring is None,  # with buffers: pinned by the main side
             timeout=self.timeout,
             worker_timeout=self.worker_timeout,
+            worker_restarts=self.worker_restarts,
             multiprocessing_context=multiprocessing_context,
             generator=generator,
             telemetry=self._telemetry,
             worker_init_fn=WorkerSetup(self.num_threads, ring, fills=self._fills(), then=worker_init_fn),
         )
         self._workers.trainer_attached = self._attached
+        if self._ring is not None:  # workers ended at once (a restart) leave their buffers
+            self._workers._after_stop = self._ring.forget
 
     def _become_processes(self, num_workers: int, num_threads: int) -> None:
         """The automatic mode's switch (``_auto.py``): stop thread mode (its epochs, its pool, its
@@ -430,7 +444,8 @@ class Loader:
     def stats(self) -> dict[str, Any]:
         """What this loader did, as plain data, over all its epochs (also after ``close()``).
 
-        Process mode: ``WebLoader.stats()`` (with ``telemetry=True``), plus ``shared_buffers``:
+        Process mode: ``WebLoader.stats()`` (with ``telemetry=True``; with it on or off,
+        ``restarts``, the lost workers replaced, and ``worker_pids``), plus ``shared_buffers``:
         ``batches`` that came through the reused buffers, small tensors sent ``inline`` in a
         batch's pickle, and ``fresh`` tensors that came torch's way (a new segment each: the
         buffers were all held, or a dtype numpy lacks).

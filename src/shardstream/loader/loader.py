@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import sys
 import tempfile
@@ -17,7 +18,9 @@ from ..pipeline.fluent import FluidInterface, FluidWrapper
 from ..pipeline.iterable import require_torch
 from ..pipeline.seams import LoaderDataset
 from ..shards.world import World
+from ._arguments import check_worker_restarts
 from ._length import loader_length
+from ._orphans import follow
 from ._start import StartChoice, choose, prepare
 from ._state import Live, StampingCollate, fingerprint, loader_state, restore_plan, tracked
 from ._telemetry import attach_telemetry, loader_stats
@@ -27,6 +30,7 @@ require_torch("shardstream.WebLoader (a torch DataLoader)")
 
 from torch.utils.data import DataLoader  # noqa: E402 - after the install hint above
 
+from ._heal import Healing, Restarts  # noqa: E402 - needs torch
 from ._watchdog import WatchedIter, arm  # noqa: E402 - needs torch
 
 __all__ = ["WebLoader"]
@@ -42,13 +46,17 @@ class _EpochSetting(Protocol):
 
 
 class _WorkerInit:
-    """Picklable worker_init_fn: arm the stack dump, tune the allocator, call the user's function."""
+    """Picklable worker_init_fn: follow the loader's process, arm the stack dump, tune the
+    allocator, call the user's function."""
 
     def __init__(self, user_fn: Callable[[int], None] | None) -> None:
         self.user_fn = user_fn
         self.stacks: str | None = None  # the loader's directory for stack dumps (see _watchdog)
+        self.loader_pid: int | None = None  # the process that starts the workers (see _orphans)
 
     def __call__(self, worker_id: int) -> None:
+        if self.loader_pid is not None:
+            follow(self.loader_pid)
         arm(self.stacks)
         if read_settings().tune_malloc:  # SHARDSTREAM_TUNE_MALLOC=0 opts out
             tune_allocator()
@@ -82,8 +90,16 @@ class WebLoader(DataLoader, FluidInterface):  # type: ignore[type-arg]
       could inherit a lock one of them holds); ``multiprocessing_context=`` or
       ``SHARDSTREAM_WORKER_START`` decide instead (see ``loader/_start.py``);
     * ``worker_timeout=`` (seconds; default ``SHARDSTREAM_WORKER_TIMEOUT`` or 600; 0: wait forever;
-      torch's ``timeout=`` wins when set): a worker that sends no batch for that long raises
-      :class:`~shardstream.errors.WorkerStuckError` naming it, its PID and its Python stack;
+      torch's ``timeout=`` wins when set): a worker that sends no batch for that long is stuck;
+      the log (or the error) names it, its PID and its Python stack;
+    * ``worker_restarts=`` (default 3 per epoch; 0: none): a worker that dies (a signal such as
+      the OOM killer's SIGKILL, a failing exit) or is stuck is replaced, and the epoch goes on
+      with exactly the batches of an uninterrupted run: every worker starts again after the last
+      batch yielded (``loader/_heal.py``). Past the budget, or when the same position loses its
+      worker twice, :class:`~shardstream.errors.WorkerDiedError` or
+      :class:`~shardstream.errors.WorkerStuckError` names the sample being made (shard, byte
+      offset, key). Only a shardstream pipeline says where its workers are: over another
+      dataset the first loss raises;
     * ``telemetry=True`` (or ``SHARDSTREAM_TELEMETRY=1``): time per stage and worker, and how
       long the loop waits for data, in :meth:`stats` and a periodic log line;
     * under a Lightning Trainer, its first ``iter()`` adds shardstream's callback to that
@@ -93,7 +109,14 @@ class WebLoader(DataLoader, FluidInterface):  # type: ignore[type-arg]
     reused shared memory), use :class:`~shardstream.Loader`.
     """
 
-    def __init__(self, dataset: Any, *args: Any, worker_timeout: float | None = None, **kw: Any) -> None:
+    def __init__(
+        self,
+        dataset: Any,
+        *args: Any,
+        worker_timeout: float | None = None,
+        worker_restarts: int = 3,
+        **kw: Any,
+    ) -> None:
         if "engine" in kw:
             raise TypeError(
                 f"WebLoader(engine={kw['engine']!r}): the engine argument was removed; WebLoader is "
@@ -101,6 +124,10 @@ class WebLoader(DataLoader, FluidInterface):  # type: ignore[type-arg]
                 "num_threads=N) (N threads in this process) or ss.Loader(dataset, batch_size=..., "
                 "num_workers=N) (N worker processes, batches in reused shared memory)"
             )
+        self._restarts = Restarts(check_worker_restarts(worker_restarts))
+        #: Called with the PIDs of workers this loader ended at once (a restart): ``ss.Loader``
+        #: removes the shared-memory buffers they left.
+        self._after_stop: Callable[[list[int]], None] | None = None
         self._worker_init = kw["worker_init_fn"] = _WorkerInit(kw.get("worker_init_fn"))
         telemetry = kw.pop("telemetry", None)
         self._given_context = kw.get("multiprocessing_context")
@@ -122,6 +149,8 @@ class WebLoader(DataLoader, FluidInterface):  # type: ignore[type-arg]
         if self._stateful:
             self.collate_fn = StampingCollate(self.collate_fn, dataset)
         self._telemetry = attach_telemetry(self, telemetry)  # wraps collate_fn when on
+        if self._telemetry is not None:
+            self._telemetry.restarts = self._restarts
         self._pending: dict[str, Any] | None = None  # a loaded state, applied at the next iter()
         self._live: Live | None = None
         self._running: weakref.ref[Any] | None = None  # the epoch's batch iterator, while it is held
@@ -185,17 +214,47 @@ class WebLoader(DataLoader, FluidInterface):  # type: ignore[type-arg]
             dataset.set_epoch(self._epoch)
         if self._stateful:
             self._last_epoch = epoch
-        it = super().__iter__()  # workers receive their copies of the dataset here
-        if self._stateful:
-            dataset.workers_started()
-        self._iterators.add(it)
+        live = Live(epoch, roles, seen) if self._stateful else None
+        if self.num_workers > 0:  # workers receive their copies of the dataset here
+            self._restarts.begin_epoch()
+            it: Any = Healing(self, live, self._restarts).start()
+        else:
+            it = super().__iter__()
+            self._iterators.add(it)
         batches: Any = it if self._telemetry is None else self._telemetry.watch(it)
-        if not self._stateful:
+        if live is None:
             return batches
-        live = self._live = Live(epoch, roles, seen)
+        self._live = live
         running = tracked(batches, live)
         self._running = weakref.ref(running)
         return running
+
+    def _start_workers(self) -> Any:
+        """torch's iterator over the worker processes, the dataset's hand-over to them done."""
+        it = super().__iter__()
+        if self._stateful:
+            dataset: Any = self.dataset
+            dataset.workers_started()
+        self._iterators.add(it)
+        return it
+
+    def _restart_at(self, epoch: int, states: list[Any], roles: list[int]) -> None:
+        """Make the next :meth:`_start_workers` start new workers at ``states`` (``_heal.py``)."""
+        dataset: Any = self.dataset
+        dataset.restore_workers(epoch, states, roles)
+        self._iterator = None  # persistent workers too: the lost ones were all ended
+
+    def _workers_gone(self, pids: list[int]) -> None:
+        if self._after_stop is not None:
+            self._after_stop(pids)
+
+    def _wait_bound(self) -> float:
+        """Seconds to wait for a batch: torch's ``timeout=``, else ``worker_timeout=``, else the
+        environment's (0: forever)."""
+        if self.timeout > 0:
+            return float(self.timeout)
+        bound = self._worker_timeout
+        return float(bound if bound is not None else read_settings().worker_timeout)
 
     def _get_iterator(self) -> Any:
         if self.num_workers == 0:
@@ -211,12 +270,10 @@ class WebLoader(DataLoader, FluidInterface):  # type: ignore[type-arg]
             self._stacks = tempfile.mkdtemp(prefix="shardstream-stacks-")
             weakref.finalize(self, shutil.rmtree, self._stacks, True)
         self._worker_init.stacks = self._stacks
-        bound = self._worker_timeout
-        if bound is None:
-            bound = read_settings().worker_timeout
+        self._worker_init.loader_pid = os.getpid()
         # No check_worker_number_rationality() here: DataLoader.__init__ ran it already, and a
         # second call printed torch's "will create N worker processes" warning twice.
-        return WatchedIter(self, bound=float(bound), stacks=self._stacks, choice=choice)
+        return WatchedIter(self, bound=self._wait_bound(), stacks=self._stacks, choice=choice)
 
     def _log_start(self, choice: StartChoice) -> None:
         if choice.method in self._start_logged:
@@ -240,8 +297,20 @@ class WebLoader(DataLoader, FluidInterface):  # type: ignore[type-arg]
     def stats(self) -> dict[str, Any]:
         """Telemetry of this loader (plain JSON data): every worker's time per stage (added up,
         and per worker), how long the loop waited for data, samples and bytes per second, cache
-        hits, retries, and ``verdict``: loader- or training-bound, and the slowest stage."""
-        return loader_stats(self._telemetry)
+        hits, retries, and ``verdict``: loader- or training-bound, and the slowest stage. With
+        telemetry off or on, ``restarts``: the workers replaced (``count``, ``causes`` such as
+        ``{"SIGKILL": 1, "stuck": 1}``, the per-epoch ``budget``, and the ``recent`` ones), and
+        ``worker_pids``: the worker processes running now (to watch their memory, say)."""
+        report = dict(loader_stats(self._telemetry))
+        report["restarts"] = self._restarts.stats()
+        report["worker_pids"] = [
+            w.pid
+            for it in list(self._iterators)
+            if isinstance(it, WatchedIter) and not it._shutdown
+            for w in it._workers
+            if w.is_alive()
+        ]
+        return report
 
     # -- state ----------------------------------------------------------------------------------
     def _expected(self) -> tuple[dict[str, Any], World]:

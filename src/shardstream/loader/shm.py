@@ -375,6 +375,17 @@ class MainRing:
             for pid in gone:
                 del self.flags[pid]
 
+    def forget(self, pids: list[int]) -> None:
+        """Workers that were ended at once (``_heal.py``): unlink the names they left and drop
+        their mappings (a tensor still in use keeps its own)."""
+        with self.lock:
+            for key in [k for k in self.maps if k[0] in pids]:
+                del self.maps[key]
+            for pid in pids:
+                self.flags.pop(pid, None)
+        for pid in pids:
+            _unlink_prefix(f"{self.prefix}{pid}-")
+
     def close(self) -> None:
         """Unlink every name left under this loader's token (a killed worker's included)."""
         _unlink_prefix(self.prefix)

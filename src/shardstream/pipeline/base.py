@@ -48,6 +48,7 @@ from ..telemetry.stats import StageStats
 if TYPE_CHECKING:
     from ..telemetry.recorder import Recorder
     from .parallel import Threads
+    from .trace import Trace
 
 __all__ = [
     "DrawNode",
@@ -89,6 +90,9 @@ class RunContext:
     #: values: a decode stage may leave images to be decoded straight into the batch
     #: (:mod:`shardstream.decoders.deferred`). Set per stage by :func:`~.build.build_nodes`.
     fills: bool = field(default=False, compare=False)
+    #: Called with every item each node yields (``trace.py``): a loader's diagnostic run sets it
+    #: to find the sample that kills its workers. ``None``: nothing is traced.
+    trace: Trace | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def detect(cls, epoch: int = 0, seed: int | None = None, world: World | None = None) -> RunContext:

@@ -10,6 +10,7 @@ from ..errors import StateError
 from .base import FunctionStage, IterNode, MapStage, Node, RunContext, Stage, StateDict
 from .instrument import instrument, instrument_run
 from .parallel import build_parallel
+from .trace import trace_node
 
 __all__ = ["ChainNode", "Pass", "build_nodes", "build_one"]
 
@@ -81,7 +82,8 @@ def build_nodes(
     stages: Sequence[Any], upstream: Node | None, ctx: RunContext, states: list[StateDict] | None
 ) -> list[Node]:
     """One node per stage for one pass (``states``: the saved ones, one per stage), timed when
-    telemetry is on; with ``ctx.threads``, each run of map stages is one node on those threads."""
+    telemetry is on, traced when ``ctx.trace`` is set; with ``ctx.threads``, each run of map
+    stages is one node on those threads."""
     if states is not None and len(states) != len(stages):
         raise StateError(
             f"the saved state has {len(states)} stages but this pipeline has {len(stages)}; "
@@ -103,12 +105,14 @@ def build_nodes(
                 nodes.extend(run[:-1])
                 if ctx.telemetry is not None:
                     instrument_run(ctx.telemetry, node, stages[i:j], contexts[i:j])
-                i = j
+                f, i = stages[j - 1], j  # the run's node yields its last stage's items
             else:
                 node = build_one(f, node, contexts[i], state)
                 if ctx.telemetry is not None:
                     instrument(ctx.telemetry, node, f, contexts[i])
                 i += 1
+            if ctx.trace is not None:
+                trace_node(ctx.trace, node, f)
         except BaseException:
             for built in reversed(nodes):
                 built.close()

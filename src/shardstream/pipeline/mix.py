@@ -105,14 +105,16 @@ class MixSource(Stage):
 
     def context(self, i: int, passes: int, ctx: RunContext) -> RunContext:
         """The run context of source ``i``'s pass ``passes`` in the mixture's ``ctx``: its own seed
-        and world (rank from its ``world=`` when given), the mixture's worker and threads."""
+        and world (rank from its ``world=`` when given), the mixture's worker, threads and trace."""
         src, epoch = self.sources[i], ctx.epoch + passes * PASS_STRIDE
         if not isinstance(src, DataPipeline):
-            return RunContext(epoch, ctx.world, ctx.seed, threads=ctx.threads, fills=ctx.fills)
+            return RunContext(
+                epoch, ctx.world, ctx.seed, threads=ctx.threads, fills=ctx.fills, trace=ctx.trace
+            )
         world = ctx.world
         if src.world is not None:
             world = src.world.with_worker(ctx.world.worker, ctx.world.num_workers)
-        return RunContext(epoch, world, src.seed, threads=ctx.threads, fills=ctx.fills)
+        return RunContext(epoch, world, src.seed, threads=ctx.threads, fills=ctx.fills, trace=ctx.trace)
 
     def source_node(self, i: int, passes: int, ctx: RunContext, state: StateDict | None) -> Node:
         """Source ``i``'s node for pass ``passes`` (a pipeline's nodes as one, from ``state``)."""

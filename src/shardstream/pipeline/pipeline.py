@@ -22,6 +22,7 @@ from .instrument import consumer, pipeline_stats
 from .iterable import IterableDatasetBase, in_worker
 from .labels import skip_counters
 from .parallel import Threads
+from .trace import Trace
 
 __all__ = ["STATE_VERSION", "DataPipeline", "RunOptions", "check_position", "close_iterator", "run_in_worker"]
 
@@ -69,10 +70,12 @@ def close_iterator(it: object) -> None:
 @dataclasses.dataclass(frozen=True)
 class RunOptions:
     """How one run of a pipeline goes (:meth:`DataPipeline.run`): the pool that runs its
-    per-sample stages, and whether a loader's default collation takes its items."""
+    per-sample stages, whether a loader's default collation takes its items, and a trace of
+    every node's items (a loader's diagnostic run, ``trace.py``)."""
 
     threads: Threads | None = None
     fills: bool = False
+    trace: Trace | None = None
 
 
 _PLAIN = RunOptions()
@@ -81,13 +84,15 @@ _PLAIN = RunOptions()
 _worker_runs: weakref.WeakKeyDictionary[DataPipeline, RunOptions] = weakref.WeakKeyDictionary()
 
 
-def run_in_worker(dataset: DataPipeline, threads: Threads | None, *, fills: bool) -> None:
-    """In a DataLoader worker process that shardstream set up (``ss.Loader(num_workers=M)``): make
-    the worker's iterations of ``dataset``, its own copy of the loader's pipeline, runs of
-    ``dataset.run(threads, fills=fills)``. torch's worker calls ``iter(dataset)`` itself, so the
-    options wait in this process's table, keyed by that copy (weakly): no other pipeline, and
-    nothing in the loader's own process, sees them."""
-    _worker_runs[dataset] = RunOptions(threads, fills)
+def run_in_worker(
+    dataset: DataPipeline, threads: Threads | None, *, fills: bool, trace: Trace | None = None
+) -> None:
+    """In a DataLoader worker process that shardstream set up (``ss.Loader(num_workers=M)``, or a
+    loader's diagnostic run with ``trace``): make the worker's iterations of ``dataset``, its own
+    copy of the loader's pipeline, runs of ``dataset.run(threads, fills=fills)``. torch's worker
+    calls ``iter(dataset)`` itself, so the options wait in this process's table, keyed by that
+    copy (weakly): no other pipeline, and nothing in the loader's own process, sees them."""
+    _worker_runs[dataset] = RunOptions(threads, fills, trace)
 
 
 class _PutBack(Node):
@@ -237,6 +242,8 @@ class DataPipeline(EpochOwner, IterableDatasetBase):  # type: ignore[type-arg]
             ctx = dataclasses.replace(ctx, threads=how.threads)
         if how.fills:
             ctx = dataclasses.replace(ctx, fills=True)
+        if how.trace is not None:
+            ctx = dataclasses.replace(ctx, trace=how.trace)
         nodes = live.nodes = self._build_nodes(None, ctx, states)
         if states is not None and self._if_changed == "restart":
             nodes = live.nodes = self._checked_restore(nodes, ctx, epoch)
@@ -307,7 +314,7 @@ class DataPipeline(EpochOwner, IterableDatasetBase):  # type: ignore[type-arg]
 
     def __iter__(self) -> Iterator[Any]:
         how = _worker_runs.get(self) if _worker_runs else None
-        return self.run(how.threads, fills=how.fills) if how is not None else self.run()
+        return self._run(how) if how is not None else self.run()
 
     def run(self, threads: Threads | None = None, *, fills: bool = False) -> Iterator[Any]:
         """One ``iter()`` of this pipeline, run the way a loader asks (``ss.Loader``'s thread mode
@@ -326,7 +333,9 @@ class DataPipeline(EpochOwner, IterableDatasetBase):  # type: ignore[type-arg]
         stream that continues across ``iter()`` calls keeps the options of the run that started
         it.
         """
-        how = RunOptions(threads, fills) if threads is not None or fills else _PLAIN
+        return self._run(RunOptions(threads, fills) if threads is not None or fills else _PLAIN)
+
+    def _run(self, how: RunOptions) -> Iterator[Any]:
         inner: Iterator[Any]
         if self._worker_restore is not None:
             self._take_worker_restore()

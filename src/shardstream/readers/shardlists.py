@@ -185,12 +185,24 @@ class ShardShuffle(Stage):
 
 
 class _LazySplitNode(Node):
-    """Splitting an endless (or foreign) shard stream: every ``count``-th item from ``index``."""
+    """Splitting an endless (or foreign) shard stream: every ``count``-th item from ``index``.
+
+    Its ``k``-th item can be made again when upstream's can (resampled shards: any draw), so a
+    shuffle buffer after the reader is restored from its samples' positions (a saved state, or a
+    loader replacing a lost worker). It stays non-``indexable``: that promises a list whose rest
+    can be re-split (``readers/elastic.py``), and an endless stream has no rest to share out."""
 
     def __init__(self, upstream: Node, index: int, count: int, state: StateDict | None) -> None:
         super().__init__(upstream)
         self.seen = int((state or {}).get("seen", 0))
+        self.index, self.count = index, count
         self._it = self._run(index, count)
+
+    def item(self, k: int) -> Any:
+        """The ``k``-th item this node yields in the epoch: upstream's ``index + k * count``-th
+        (upstream raises when it has no random access)."""
+        assert self.upstream is not None
+        return self.upstream.item(self.index + k * self.count)
 
     def _run(self, index: int, count: int) -> Iterator[Any]:
         assert self.upstream is not None
