@@ -27,18 +27,13 @@ times the work per item on the pool threads and sizes chunks to about 4 ms of wo
 one JPEG decode per task cost more CPU per sample than chunks of a few milliseconds, which came
 close to one thread's cost (an A/B run that no results file holds; ``benchmarks/bench_loader.py``
 measures thread mode with the chunks as they are). That time is wall time, and with many
-threads it counts each item's wait for the GIL: when the iterating thread keeps the GIL busy, a
-short GIL-free call measures several times its length, chunks shrink to a few items, and the
-hand-offs of so many chunks take the GIL from the reading, which slows it further
-(``benchmarks/bench_scaling.py`` on 64 threads showed it). So a chunk also holds at least what
-the iterating thread reads in 2 ms (its time per item from one chunk sent to the next, waits
-included): whatever limits the rate, the hand-offs stay at about 500 a second and node, a small
-share of the GIL. The price is items in flight: where the pool limits the rate (N threads, D
-seconds per item) a chunk holds N x 2 ms of work, N x 2 ms / D items, and the window up to
-``2 x threads + 2`` chunks. A chunk grows to at most twice the last one taken back, so that an
-epoch's first batches still come from small chunks spread over the threads (grown from the
-chunks sent, they reached 64 items within the first window, whose chunks the first batch then
-waited for). Chunks hold 1 to 64 items.
+threads it counts each item's wait for the GIL, so chunks get smaller when the GIL is busy. A
+floor on the chunk (at least what the iterating thread reads in 2 ms, so that the hand-offs
+stay few) was tried and taken back: thread mode's rate moved within the noise, and worker
+processes that run many threads each fell to a third to a half of their rate
+(``benchmarks/results/bench_scaling.md``): their chunks grew to 64 items, and a worker that
+waits for the loader to take its batches drains the chunks already done before it sends more,
+which leaves its pool idle for longer the larger they are. Chunks hold 1 to 64 items.
 
 The GIL: one chunk in eight times each stage's calls in wall and thread CPU time, and the
 chunk's wait for a core (the kernel's run-queue time, ``/proc/thread-self/schedstat``), into the
@@ -96,7 +91,6 @@ from .pool import Task, Threads
 __all__ = ["ParallelMapNode", "Task", "Threads", "build_parallel"]
 
 _CHUNK_SECONDS = 0.004  # target work per submitted chunk (sub-millisecond chunks cost more CPU)
-_SEND_SECONDS = 0.002  # at least this much of the iterating thread's time per chunk sent
 _MAX_CHUNK = 64
 _SAMPLE_EVERY = 8  # one chunk in this many times each stage in wall and CPU time (the GIL check)
 #: Guards the stages' thread timings, added to from pool threads (one lock for every run: two
@@ -165,8 +159,6 @@ class ParallelMapNode(Node):
         self.last: Any = None
         self.per_item = 0.0  # seconds of work per item, measured on the pool threads
         self.inflight: deque[Task] = deque()
-        self.per_read = 0.0  # the iterating thread's seconds per item, from one chunk sent to the next
-        self.size = 1  # items of the last chunk taken back
         self.chunks = 0
         for stage in self.stages:
             stage.stats  # noqa: B018 - made here, before pool threads add to it (it is made lazily)
@@ -256,15 +248,10 @@ class ParallelMapNode(Node):
         return out, (time.perf_counter() - start) / max(len(items), 1)
 
     def _chunk_size(self) -> int:
-        """Items for the next chunk (1 to 64): about 4 ms of work, and at least what the
-        iterating thread reads in 2 ms, growing to at most twice the last chunk taken back (see
-        the module docstring)."""
+        """Items for the next chunk (1 to 64): about 4 ms of work (see the module docstring)."""
         if self.per_item <= 0:
             return 1
-        size = int(_CHUNK_SECONDS / self.per_item)
-        if self.per_read > 0:
-            size = max(size, min(2 * self.size, int(_SEND_SECONDS / self.per_read)))
-        return max(1, min(_MAX_CHUNK, size))
+        return max(1, min(_MAX_CHUNK, int(_CHUNK_SECONDS / self.per_item)))
 
     def _inputs(self, tokens: list[Any]) -> Iterator[tuple[Any, Any]]:
         assert self.upstream is not None
@@ -279,7 +266,6 @@ class ParallelMapNode(Node):
         inflight, pending, threads = self.inflight, self.pending, self.threads
         max_chunks = 2 * threads.n + 2
         exhausted = False
-        sent = 0.0  # when the last chunk was sent
         failure: BaseException | None = None  # raised by upstream; raised here after the items before it
         while True:
             # Read ahead until the window is full, or the oldest chunk is done: its items go out
@@ -299,11 +285,6 @@ class ParallelMapNode(Node):
                 except Exception as exn:
                     failure, exhausted = exn, True
                 if chunk:
-                    now = time.perf_counter()
-                    if sent:
-                        per_read = (now - sent) / len(chunk)
-                        self.per_read = 0.8 * self.per_read + 0.2 * per_read if self.per_read else per_read
-                    sent = now
                     # One chunk in eight is timed stage by stage (decided here: no counter is
                     # shared between the pool threads).
                     work = self._work_sampled if self.chunks % _SAMPLE_EVERY == 0 else self._work
@@ -314,7 +295,6 @@ class ParallelMapNode(Node):
                     raise failure
                 return
             results, per_item = inflight.popleft().result()
-            self.size = len(results)
             self.per_item = per_item if self.per_item == 0 else 0.8 * self.per_item + 0.2 * per_item
             for out in results:
                 token = pending.popleft()
