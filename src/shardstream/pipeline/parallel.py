@@ -29,8 +29,8 @@ close to one thread's cost (an A/B run that no results file holds; ``benchmarks/
 measures thread mode with the chunks as they are). That time is wall time, and with many
 threads it counts each item's wait for the GIL, so chunks get smaller when the GIL is busy. A
 floor on the chunk (at least what the iterating thread reads in 2 ms, so that the hand-offs
-stay few) was tried and taken back: thread mode's rate moved within the noise, and worker
-processes that run many threads each fell to a third to a half of their rate
+stay few) was tried and taken back: it bought thread mode's own process part of its rate at 64
+and more emulated cores, and cost worker processes that run many threads each most of theirs
 (``benchmarks/results/bench_scaling.md``): their chunks grew to 64 items, and a worker that
 waits for the loader to take its batches drains the chunks already done before it sends more,
 which leaves its pool idle for longer the larger they are. Chunks hold 1 to 64 items.
