@@ -22,7 +22,7 @@ block) is truncated, a 0-byte one included. The first zero block ends the archiv
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from ..errors import ShardFormatError
 from ._gzip import GzipReader, Readable
@@ -219,6 +219,28 @@ _ORPHAN = "a PAX or GNU long-name header is not followed by the member it descri
 _BAD_CHECKSUM = "bad tar header checksum (not a tar file, or corrupt)"
 
 
+def _read_pax(
+    data: bytes, name: str | None, at: int, fail: Callable[[str, str | None, int], ShardFormatError]
+) -> tuple[dict[str, str], int]:
+    """A PAX extended header's records and the member size it sets (-1: none), checked: a
+    malformed header or size raises ``fail(reason, member, at)``. The reader and the header walk
+    (``walk.py``) read PAX headers with it (they are rare: no hot path)."""
+    try:
+        pax = _parse_pax(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise fail(f"malformed PAX extended header ({exc})", name, at) from None
+    if "size" not in pax:
+        return pax, -1
+    size = _pax_size(pax["size"])
+    if size < 0:
+        raise fail(
+            f"invalid member size {pax['size'][:40]!r} in PAX extended header (expected decimal digits)",
+            pax.get("path", name),
+            at,
+        )
+    return pax, size
+
+
 def _pending(long_name: str | None, pax: dict[str, str] | None) -> str | None:
     return long_name if pax is None else pax.get("path", long_name)
 
@@ -399,19 +421,9 @@ def iter_members(
             elif typeflag == _GNU_LONGNAME:
                 long_name = data.rstrip(b"\0").decode("utf-8", "surrogateescape")
             elif typeflag == _PAX:
-                try:
-                    pax = _parse_pax(data)
-                except (ValueError, UnicodeDecodeError) as exc:
-                    raise fail(f"malformed PAX extended header ({exc})", name, header_offset) from None
-                if "size" in pax:
-                    pax_size = _pax_size(pax["size"])
-                    if pax_size < 0:
-                        raise fail(
-                            f"invalid member size {pax['size'][:40]!r} in PAX extended header "
-                            "(expected decimal digits)",
-                            pax.get("path", name),
-                            header_offset,
-                        )
+                pax, found = _read_pax(data, name, header_offset, fail)
+                if found >= 0:
+                    pax_size = found
             # Other types (PAX globals, dirs, links, devices) carry nothing we yield.
     except (EOFError, zlib.error) as exc:
         raise fail(f"corrupt compressed stream ({exc})", name, base + start) from exc

@@ -48,9 +48,8 @@ from .reader import (
     DEFAULT_MAX_MEMBER_SIZE,
     _ended,
     _parse_header,
-    _parse_pax,
-    _pax_size,
     _pending,
+    _read_pax,
     _size_problem,
 )
 
@@ -186,18 +185,8 @@ def walk_members(
             if typeflag == _GNU_LONGNAME:
                 long_name = data.rstrip(b"\0").decode("utf-8", "surrogateescape")
             else:
-                try:
-                    pax = _parse_pax(data)
-                except (ValueError, UnicodeDecodeError) as exc:
-                    raise fail(f"malformed PAX extended header ({exc})", name, at) from None
-                if "size" in pax:
-                    pax_size = _pax_size(pax["size"])
-                    if pax_size < 0:
-                        raise fail(
-                            f"invalid member size {pax['size'][:40]!r} in PAX extended header "
-                            "(expected decimal digits)",
-                            pax.get("path", name),
-                            at,
-                        )
+                pax, found = _read_pax(data, name, at, fail)
+                if found >= 0:
+                    pax_size = found
         else:  # PAX globals, directories, links, devices: nothing to yield, skipped unread
             window = _WINDOW if padded + _BLOCK <= _SMALL else _BLOCK
