@@ -48,6 +48,7 @@ __all__ = [
     "at_fork_in_child",
     "foreign_threads",
     "gate",
+    "process_alive",
 ]
 
 log = logging.getLogger(__name__)
@@ -284,3 +285,16 @@ if hasattr(os, "register_at_fork"):  # POSIX; Windows has no fork
         after_in_parent=gate.after_fork_in_parent,
         after_in_child=_after_fork_in_child,
     )
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (signal 0 delivers nothing): a stale file's writer in the
+    local store, a worker's loader (``loader/_orphans.py``). One that exists under another user
+    (``EPERM``) counts as alive."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -20,6 +20,8 @@ import signal
 import threading
 import time
 
+from ..forks import process_alive
+
 __all__ = ["GRACE", "follow"]
 
 #: Seconds a worker whose loader's process ended has to exit its normal way.
@@ -41,18 +43,8 @@ def _wait(pid: int) -> None:
     if fd is not None:
         select.select([fd], [], [])
     else:
-        while _alive(pid):
+        while process_alive(pid):
             time.sleep(1.0)
     os.kill(os.getpid(), signal.SIGINT)  # torch's worker loop ends on KeyboardInterrupt
     time.sleep(GRACE)
     os._exit(1)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -20,6 +20,7 @@ from typing import BinaryIO, cast
 from urllib.parse import unquote, urlparse
 
 from ..errors import AccessDeniedError, ShardNotFoundError, SourceError
+from ..forks import process_alive
 from .base import Listed, ObjectInfo, PublishingWriter, SourceBase, check_range
 from .ranges import limit
 
@@ -120,16 +121,6 @@ class FileSource(SourceBase):
 _PARTIAL = ".partial~"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 class AtomicFile(PublishingWriter):
     """A file written under a hidden temporary name and renamed to ``path`` by :meth:`close`.
 
@@ -198,7 +189,7 @@ def _remove_dead_partials(directory: str, prefix: str, host: str) -> None:
         return
     for name in names:
         parts = name[len(prefix) :].split("~")
-        if len(parts) == 3 and parts[0] == host and parts[1].isdigit() and not _alive(int(parts[1])):
+        if len(parts) == 3 and parts[0] == host and parts[1].isdigit() and not process_alive(int(parts[1])):
             try:
                 os.remove(os.path.join(directory, name))
             except OSError:
