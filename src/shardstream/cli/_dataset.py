@@ -18,7 +18,7 @@ from ..errors import ShardNotFoundError
 from ..sources import scheme_of
 from ..tar.index import IndexEntry, read_index_entries
 
-__all__ = ["SHARD_SUFFIXES", "directory_of", "read_indexes", "resolve", "split_url"]
+__all__ = ["SHARD_SUFFIXES", "directory_of", "read_indexes", "resolve", "resolve_each", "split_url"]
 
 
 def split_url(url: str) -> tuple[str, str]:
@@ -40,6 +40,12 @@ def resolve(spec: str | Sequence[str], *, storage_options: Mapping[str, Any] | N
             a remote prefix without index or shards).
     """
     return list(dict.fromkeys(resolve_shards(spec, storage_options=storage_options, check=False)))
+
+
+def resolve_each(specs: Sequence[str], *, storage_options: Mapping[str, Any] | None = None) -> list[str]:
+    """The shard URLs of several specs (the commands that take ``SPEC...``), each resolved on its
+    own as :func:`resolve` does, in order, without duplicates across them."""
+    return list(dict.fromkeys(u for spec in specs for u in resolve(spec, storage_options=storage_options)))
 
 
 def read_indexes(

@@ -59,12 +59,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..tar.index import IndexEntry, sample_sizes, write_index
     from ..tar.writer import END_OF_ARCHIVE
-    from ._dataset import resolve, split_url
+    from ._dataset import resolve_each, split_url
     from ._options import parse_options
     from ._scan import scan_many
 
     options = parse_options(args.storage_option)
-    urls = list(dict.fromkeys(u for spec in args.specs for u in resolve(spec, storage_options=options)))
+    urls = resolve_each(args.specs, storage_options=options)
     scans = scan_many(
         urls,
         storage_options=options,

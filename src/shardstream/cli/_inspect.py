@@ -317,12 +317,12 @@ def _shard_dict(s: ShardScan) -> dict[str, Any]:
 
 
 def run_stat(args: argparse.Namespace) -> int:
-    from ._dataset import resolve
+    from ._dataset import resolve_each
     from ._options import parse_options
     from ._scan import scan_many
 
     options = parse_options(args.storage_option)
-    urls = list(dict.fromkeys(u for spec in args.specs for u in resolve(spec, storage_options=options)))
+    urls = resolve_each(args.specs, storage_options=options)
     scans = scan_many(
         urls,
         storage_options=options,

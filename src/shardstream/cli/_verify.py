@@ -183,14 +183,14 @@ def _sidecar_offsets(
 
 
 def run(args: argparse.Namespace) -> int:
-    from ._dataset import resolve
+    from ._dataset import resolve_each
     from ._options import parse_options
     from ._scan import scan_many
 
     options = parse_options(args.storage_option)
     extensions = frozenset(e.strip().lstrip(".").lower() for e in args.decode.split(",") if e.strip())
     hook = _decode_hook(extensions) if extensions else None
-    urls = list(dict.fromkeys(u for spec in args.specs for u in resolve(spec, storage_options=options)))
+    urls = resolve_each(args.specs, storage_options=options)
     scans = scan_many(
         urls, storage_options=options, allow_pipe=args.allow_pipe, jobs=args.jobs, desc="verify", hook=hook
     )
