@@ -17,10 +17,9 @@ import contextlib
 import os
 import select
 import signal
-import threading
 import time
 
-from ..forks import process_alive
+from ..forks import gate, process_alive
 
 __all__ = ["GRACE", "follow"]
 
@@ -33,7 +32,7 @@ def follow(pid: int) -> None:
     when ``pid`` is the parent (torch's own watchdog sees that)."""
     if pid == os.getppid():
         return
-    threading.Thread(target=_wait, args=(pid,), name="shardstream-follow-loader", daemon=True).start()
+    gate.start(lambda: _wait(pid), name="shardstream-follow-loader")
 
 
 def _wait(pid: int) -> None:

@@ -41,6 +41,8 @@ from multiprocessing.queues import Queue
 from multiprocessing.reduction import ForkingPickler
 from typing import Any, cast
 
+from ..forks import gate
+
 __all__ = ["SenderGuard", "WholeMessages", "take_whole_messages"]
 
 _SUPPORTED = hasattr(select, "poll") and hasattr(os, "readv")
@@ -90,8 +92,8 @@ class SenderGuard:
         if pid is None:
             return
         if self.thread is None and self.bound > 0:
-            self.thread = threading.Thread(target=self._watch, name="shardstream-result-guard", daemon=True)
-            self.thread.start()
+            # Through the fork gate: the loader forks replacement workers while this thread lives.
+            self.thread = gate.start(self._watch, name="shardstream-result-guard")
         self.armed = (pid, time.monotonic())
 
     def disarm(self) -> None:
@@ -107,7 +109,8 @@ class SenderGuard:
             if stuck is None:  # its iterator is gone
                 return
             self.ended.add(armed[0])
-            stuck(armed[0])
+            with gate.busy():  # it signals the worker and records why: not across a fork
+                stuck(armed[0])
 
     def close(self) -> None:
         self.stopping.set()
