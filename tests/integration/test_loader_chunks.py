@@ -1,5 +1,6 @@
-"""Thread mode's pool: a batch the training loop waits for goes before the chunks queued, and the
-pool's light tasks keep the meaning of futures (values, errors, cancelling on close)."""
+"""Thread mode's pool: a batch the training loop waits for goes before the chunks queued, the
+pool's light tasks keep the meaning of futures (values, errors, cancelling on close), and the
+chunks hold at least one item per thread in thread mode, one item at least in worker processes."""
 
 from __future__ import annotations
 
@@ -8,8 +9,12 @@ import time
 from concurrent.futures import CancelledError
 from typing import Any
 
-import pytest
+from pathlib import Path
 
+import pytest
+from _resume_cases import write_shards
+
+import shardstream as ss
 from shardstream.pipeline.parallel import Threads
 
 WAIT = 10.0
@@ -64,3 +69,42 @@ def test_a_cancelled_task_does_not_run() -> None:
         with pytest.raises(CancelledError):
             skipped.result()
     assert not ran
+
+
+# -- chunk sizes: at least one item per thread in thread mode, from one item in worker processes --
+
+SLOW = 0.005  # seconds per item: above the 4 ms of work a chunk aims at, so that rule alone gives 1
+
+
+def _slow_stamp(sample: dict[str, Any]) -> str:
+    """Lets the GIL go for 5 ms, then names the thread that ran it (picklable: worker processes)."""
+    time.sleep(SLOW)
+    return threading.current_thread().name
+
+
+def _switches(loader: ss.Loader, skip: int) -> tuple[int, int]:
+    """(thread changes between consecutive items, pairs of items) after the first ``skip`` items:
+    the reading's first window is cut before the work per item is known, one item per chunk."""
+    names = [name for batch in loader for name in batch][skip:]
+    return sum(a != b for a, b in zip(names, names[1:], strict=False)), len(names) - 1
+
+
+def test_thread_mode_chunks_hold_an_item_per_thread(tmp_path: Path) -> None:
+    """4 threads, items of 5 ms: sized by their work alone the chunks would hold one item each,
+    and the iterating thread would wait for the GIL once per item; with the pool's
+    ``min_chunk`` (the thread count, in thread mode) a thread works 4 items in a row."""
+    urls = write_shards(tmp_path, [120])
+    pipeline = ss.ShardStream(urls, shuffle_shards=False).map(_slow_stamp)
+    with ss.Loader(pipeline, batch_size=4, num_threads=4, collate_fn=list) as loader:
+        switches, pairs = _switches(loader, skip=2 * 4 + 2)
+    assert switches <= pairs // 4 + 1, f"{switches} thread changes in {pairs} pairs: chunks of fewer than 4"
+
+
+def test_worker_processes_keep_chunks_of_single_slow_items(tmp_path: Path) -> None:
+    """The same items in a worker process with 4 threads: one item per chunk (each batch carries
+    the positions of every item read ahead to the loader's process, so the chunks stay small)."""
+    urls = write_shards(tmp_path, [120])
+    pipeline = ss.ShardStream(urls, shuffle_shards=False).map(_slow_stamp)
+    with ss.Loader(pipeline, batch_size=4, num_threads=4, num_workers=1, collate_fn=list) as loader:
+        switches, pairs = _switches(loader, skip=2 * 4 + 2)
+    assert switches >= pairs // 3, f"only {switches} thread changes in {pairs} pairs: chunks of several items"

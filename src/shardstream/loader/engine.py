@@ -386,7 +386,8 @@ class Loader:
             _tune_once()
         pool = self._threads
         if self.num_threads > 1 and pool is None:
-            pool = Threads(self.num_threads)
+            # Chunks of at least one item per thread: the GIL hand-offs (pipeline/parallel.py).
+            pool = Threads(self.num_threads, min_chunk=self.num_threads)
             if self.persistent_workers:
                 self._threads = pool
                 self._owned.append(pool)

@@ -27,13 +27,16 @@ times the work per item on the pool threads and sizes chunks to about 4 ms of wo
 one JPEG decode per task cost more CPU per sample than chunks of a few milliseconds, which came
 close to one thread's cost (an A/B run that no results file holds; ``benchmarks/bench_loader.py``
 measures thread mode with the chunks as they are). That time is wall time, and with many
-threads it counts each item's wait for the GIL, so chunks get smaller when the GIL is busy. A
-floor on the chunk (at least what the iterating thread reads in 2 ms, so that the hand-offs
-stay few) was tried and taken back: it bought thread mode's own process part of its rate at 64
-and more emulated cores, and cost worker processes that run many threads each most of theirs
-(``benchmarks/results/bench_scaling.md``): their chunks grew to 64 items, and a worker that
-waits for the loader to take its batches drains the chunks already done before it sends more,
-which leaves its pool idle for longer the larger they are. Chunks hold 1 to 64 items.
+threads it counts each item's wait for the GIL, so the chunks shrink exactly when the GIL is
+busiest, and the iterating thread, which waits for the oldest chunk once per chunk, queues for
+the GIL behind every pool thread each time it wakes. The pool's ``min_chunk`` bounds them from
+below: ``ss.Loader`` in thread mode sets it to its thread count, so that the waits of the
+iterating thread come once per item per thread at most (``benchmarks/results/bench_scaling.md``
+has what it bought at 64 and 128 emulated cores). A worker process's pool keeps ``min_chunk``
+at 1: the items read ahead are the pending positions its every batch carries to the loader's
+process (pickled, see *State* above), and a window of large chunks made those positions cost
+most of the rate of the workers that run many threads each (the same file). Chunks hold 1 to
+64 items.
 
 The GIL: one chunk in eight times each stage's calls in wall and thread CPU time, and the
 chunk's wait for a core (the kernel's run-queue time, ``/proc/thread-self/schedstat``), into the
@@ -248,10 +251,11 @@ class ParallelMapNode(Node):
         return out, (time.perf_counter() - start) / max(len(items), 1)
 
     def _chunk_size(self) -> int:
-        """Items for the next chunk (1 to 64): about 4 ms of work (see the module docstring)."""
+        """Items for the next chunk (1 to 64): about 4 ms of work, and at least the pool's
+        ``min_chunk`` (see the module docstring); one item while the work is not yet known."""
         if self.per_item <= 0:
             return 1
-        return max(1, min(_MAX_CHUNK, int(_CHUNK_SECONDS / self.per_item)))
+        return min(_MAX_CHUNK, max(self.threads.min_chunk, int(_CHUNK_SECONDS / self.per_item)))
 
     def _inputs(self, tokens: list[Any]) -> Iterator[tuple[Any, Any]]:
         assert self.upstream is not None

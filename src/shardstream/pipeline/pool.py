@@ -124,14 +124,19 @@ class Threads:
     ``first`` goes before the oldest.
 
     ``close()`` joins every thread; work not started is cancelled.
+
+    ``min_chunk``: the fewest items in a chunk of the reading once the work per item is known
+    (:class:`~.parallel.ParallelMapNode`; 1 to 64). The owner decides, because what larger
+    chunks cost depends on where the pipeline's positions go: see ``parallel.py``.
     """
 
     _NOW, _LATER = 0, 1
 
-    def __init__(self, n: int, name: str = "shardstream-map") -> None:
+    def __init__(self, n: int, name: str = "shardstream-map", *, min_chunk: int = 1) -> None:
         if n < 1:
             raise ValueError(f"num_threads={n} must be at least 1")
         self.n = n
+        self.min_chunk = max(1, min_chunk)
         self._work: tuple[deque[Any], deque[Any]] = (deque(), deque())  # by priority
         self._tokens: queue.SimpleQueue[bool | None] = queue.SimpleQueue()  # None: stop
         self._closed = False
