@@ -7,9 +7,8 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import CancelledError
-from typing import Any
-
 from pathlib import Path
+from typing import Any
 
 import pytest
 from _resume_cases import write_shards
