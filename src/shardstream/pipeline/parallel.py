@@ -34,8 +34,10 @@ below: ``ss.Loader`` in thread mode sets it to its thread count, so that the wai
 iterating thread come once per item per thread at most (``benchmarks/results/bench_scaling.md``
 has what it bought at 64 and 128 emulated cores). A worker process's pool keeps ``min_chunk``
 at 1: the items read ahead are the pending positions its every batch carries to the loader's
-process (pickled, see *State* above), and a window of large chunks made those positions cost
-most of the rate of the workers that run many threads each (the same file). Chunks hold 1 to
+process (pickled, see *State* above), and with large chunks a window holds thousands of them.
+A floor on every pool cost the workers that run many threads each most of their rate (the same
+file); with the positions left out of the batches, the same floor made them faster (an A/B run
+that no results file holds), so the positions, not the chunks, were the cost. Chunks hold 1 to
 64 items.
 
 The GIL: one chunk in eight times each stage's calls in wall and thread CPU time, and the
