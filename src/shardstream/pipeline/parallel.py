@@ -30,9 +30,9 @@ measures thread mode with the chunks as they are). That time is wall time, and w
 threads it counts each item's wait for the GIL, so the chunks shrink exactly when the GIL is
 busiest, and the iterating thread, which waits for the oldest chunk once per chunk, queues for
 the GIL behind every pool thread each time it wakes. The pool's ``min_chunk`` bounds them from
-below: ``ss.Loader`` in thread mode sets it to its thread count, so that the waits of the
-iterating thread come once per item per thread at most (``benchmarks/results/bench_scaling.md``
-has what it bought at 64 and 128 emulated cores). A worker process's pool keeps ``min_chunk``
+below: ``ss.Loader`` in thread mode sets it to its thread count N, so that the iterating
+thread wakes for a chunk at most once per N items (``benchmarks/results/bench_scaling.md`` has
+what it bought at 64 and 128 emulated cores). A worker process's pool keeps ``min_chunk``
 at 1: the items read ahead are the pending positions its every batch carries to the loader's
 process (pickled, see *State* above), and with large chunks a window holds thousands of them.
 A floor on every pool cost the workers that run many threads each most of their rate (the same
