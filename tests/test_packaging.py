@@ -1,4 +1,7 @@
-"""``python -m build`` makes a wheel and an sdist that install and work in a fresh venv.
+"""``python -m build`` makes a wheel and an sdist that install and work in a fresh venv. ``build``
+makes the wheel from the sdist, so the wheel's compiled part (the tar reader's fast path,
+``tar/_cmembers.c``) shows that the sdist builds with this machine's compiler; the fresh venv's
+reader is checked to take it.
 
 Offline: the build runs without isolation (the setuptools of this environment, which must be new
 enough for the SPDX licence fields), and the fresh venv installs the wheel with ``--no-index
@@ -37,18 +40,23 @@ def test_build_install_and_smoke_test_in_a_fresh_venv(tmp_path: Path) -> None:
     built = _ok(sys.executable, "-m", "build", "--no-isolation", "--outdir", str(dist), str(ROOT))
     assert "SetuptoolsDeprecationWarning" not in built.stdout + built.stderr  # the licence table is gone
     version = shardstream.__version__
-    wheel = dist / f"shardstream-{version}-py3-none-any.whl"
+    wheels = sorted(dist.glob(f"shardstream-{version}-*.whl"))  # one, for this platform (the C part)
     sdist = dist / f"shardstream-{version}.tar.gz"
-    assert wheel.exists() and sdist.exists(), sorted(p.name for p in dist.iterdir())
+    assert len(wheels) == 1 and sdist.exists(), sorted(p.name for p in dist.iterdir())
+    wheel = wheels[0]
     with zipfile.ZipFile(wheel) as zf:
         names = zf.namelist()
         metadata = zf.read(f"shardstream-{version}.dist-info/METADATA").decode()
     assert "shardstream/py.typed" in names and "shardstream/cli/_verify.py" in names
+    assert "shardstream/tar/_cmembers.pyi" in names
+    assert any(n.startswith("shardstream/tar/_cmembers.") and n.endswith(".so") for n in names), names
     assert f"shardstream-{version}.dist-info/licenses/LICENSE" in names
     assert "License-Expression: Apache-2.0" in metadata and f"Version: {version}" in metadata
     assert "Provides-Extra: cli" in metadata and "tqdm" in metadata
     with tarfile.open(sdist) as tf:
         assert f"shardstream-{version}/LICENSE" in tf.getnames()
+        assert f"shardstream-{version}/src/shardstream/tar/_cmembers.c" in tf.getnames()
+        assert f"shardstream-{version}/setup.py" in tf.getnames()
 
     venv = tmp_path / "venv"
     _ok(_base_python(), "-m", "venv", str(venv))
@@ -68,3 +76,5 @@ def test_build_install_and_smoke_test_in_a_fresh_venv(tmp_path: Path) -> None:
     )
     assert _ok(python, "-c", code, cwd=tmp_path).stdout.strip() == str(sum(range(12)))
     assert _ok(script, "verify", str(tmp_path / "out"), cwd=tmp_path).stdout.endswith("0 problems\n")
+    fast = "from shardstream.tar import reader; assert reader._plain_members is not None"
+    _ok(python, "-c", fast)

@@ -11,6 +11,9 @@ import pytest
 from shardstream.errors import ShardFormatError
 from shardstream.tar.reader import iter_members
 
+#: Every test here runs on both header parses (the compiled fast path and the Python one).
+pytestmark = pytest.mark.usefixtures("tar_parse")
+
 
 def build_tar(
     members: list[tuple[str, bytes]], fmt: int = tarfile.USTAR_FORMAT, extra_types: bool = False

@@ -25,6 +25,9 @@ from shardstream.tar.reader import iter_members
 from shardstream.tar.samples import TarFormat
 from shardstream.tar.sharded_writer import ShardWriter
 
+#: Every test here runs on both header parses (the compiled fast path and the Python one).
+pytestmark = pytest.mark.usefixtures("tar_parse")
+
 pytestmark = pytest.mark.timeout(60)
 
 # -- truncation at every block boundary ---------------------------------------------------------

@@ -259,16 +259,13 @@ class ParallelMapNode(Node):
             return 1
         return min(_MAX_CHUNK, max(self.threads.min_chunk, int(_CHUNK_SECONDS / self.per_item)))
 
-    def _inputs(self, tokens: list[Any]) -> Iterator[tuple[Any, Any]]:
-        assert self.upstream is not None
-        if tokens:
-            yield from zip(self.upstream.items_at(tokens), tokens, strict=True)
-        tell = self.up_tell
-        for item in self.upstream:
-            yield item, (tell() if tell is not None else None)
-
     def _run(self, tokens: list[Any]) -> Iterator[Any]:
-        inputs = self._inputs(tokens)
+        assert self.upstream is not None
+        # A restored state's pending items first, with their saved positions; then upstream's
+        # items, read in a plain loop (no generator layer or tuple per item: this thread's
+        # time per item is the serial part that caps thread mode, bench_scaling.md).
+        replay = deque(zip(self.upstream.items_at(tokens), tokens, strict=True)) if tokens else deque()
+        upstream, tell = iter(self.upstream), self.up_tell
         inflight, pending, threads = self.inflight, self.pending, self.threads
         max_chunks = 2 * threads.n + 2
         exhausted = False
@@ -281,13 +278,18 @@ class ParallelMapNode(Node):
                 chunk: list[Any] = []
                 size = self._chunk_size()
                 try:
-                    for item, token in inputs:
+                    while replay and len(chunk) < size:
+                        item, token = replay.popleft()
                         chunk.append(item)
                         pending.append(token)
-                        if len(chunk) >= size:
-                            break
-                    else:
-                        exhausted = True
+                    if len(chunk) < size:
+                        for item in upstream:
+                            chunk.append(item)
+                            pending.append(tell() if tell is not None else None)
+                            if len(chunk) >= size:
+                                break
+                        else:
+                            exhausted = True
                 except Exception as exn:
                     failure, exhausted = exn, True
                 if chunk:

@@ -128,7 +128,7 @@ class _ObjectNode(Node):
         self.slot = stage.slot(ctx)
         self.done = int(state.get("done", 0))
         self.exact = stage.split == "exact"
-        self.last: list[Any] = [-1, False]
+        self.last: tuple[int, bool] = (-1, False)
         self.tell = self._tell
         self._io: IoCounters | None = None  # telemetry's I/O counters (seams.CountsIO)
         self._it = self._run()
@@ -140,8 +140,8 @@ class _ObjectNode(Node):
     def state_dict(self) -> StateDict:
         return {"done": self.done}
 
-    def _tell(self) -> list[Any]:
-        return list(self.last)
+    def _tell(self) -> tuple[int, bool]:
+        return self.last
 
     def item_at(self, token: Any) -> Any:
         sample = self.stage.reader.sample(int(token[0]))
@@ -166,7 +166,7 @@ class _ObjectNode(Node):
                     return
                 if self.exact:
                     got["__pad__"] = pads.get(i, False)
-                self.last = [i, pads.get(i, False)]
+                self.last = (i, pads.get(i, False))
                 yield got
         finally:
             fetched.close()  # type: ignore[attr-defined]

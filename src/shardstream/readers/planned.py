@@ -206,8 +206,8 @@ class _PlannedNode(ReadingNode):
             state["makeup"] = True
         return state
 
-    def _tell(self) -> list[Any]:
-        return [self.piece, self.cursor.start]
+    def _tell(self) -> tuple[int, int]:
+        return self.piece, self.cursor.start
 
     def _url(self, piece: int) -> str:
         if self.stage.counts is None:

@@ -66,8 +66,8 @@ class _ReadNode(ReadingNode):
         self.tell = self._tell
         self._it = self._run()
 
-    def _tell(self) -> list[Any]:
-        return [self.shard, self.cursor.start]
+    def _tell(self) -> tuple[int, int]:
+        return self.shard, self.cursor.start
 
     def item_at(self, token: Any) -> Any:
         shard, offset = token

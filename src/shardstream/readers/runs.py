@@ -51,8 +51,8 @@ class UnitsNode(ReadingNode):
             pinned(state, self.cursor)
         return state
 
-    def _tell(self) -> list[Any]:
-        return [self.unit, self.cursor.start]
+    def _tell(self) -> tuple[int, int]:
+        return self.unit, self.cursor.start
 
     def item_at(self, token: Any) -> Any:
         unit = self.units[int(token[0])]

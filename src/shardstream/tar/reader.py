@@ -27,6 +27,16 @@ from collections.abc import Callable, Iterator
 from ..errors import ShardFormatError
 from ._gzip import GzipReader, Readable
 
+#: The compiled fast path for plain members (``_cmembers.c``), or ``None`` in an install built
+#: without a C compiler, which reads with the Python parse below alone.
+_plain_members: Callable[..., tuple[list[tuple[str, bytes, int]], int]] | None
+try:
+    from ._cmembers import plain_members
+
+    _plain_members = plain_members
+except ImportError:
+    _plain_members = None
+
 __all__ = ["DEFAULT_BLOCKSIZE", "DEFAULT_MAX_MEMBER_SIZE", "iter_members"]
 
 DEFAULT_BLOCKSIZE = 1 << 20
@@ -325,7 +335,15 @@ def iter_members(
         capacity = len(buf)
         view[: len(first)] = first
         end = len(first)
+        plain, far = _plain_members, -1 if limit is None else limit
         while True:
+            if plain is not None and long_name is None and pax is None:
+                # The compiled walk takes the run of plain members whole in the window and stops
+                # at the first header it leaves to the parse below (_cmembers.c says which).
+                got, start = plain(buf, start, end, base, threshold, far)
+                if got:
+                    name = got[-1][0]
+                    yield from got
             if end - start < _BLOCK:
                 start, end, base = _refill(reader, view, start, end, base, _BLOCK)
                 if end - start < _BLOCK:

@@ -1,0 +1,178 @@
+/* The tar reader's fast path (see reader.py): the plain members of a buffer window, in C.
+ *
+ * plain_members(buf, start, end, base, threshold, limit) -> (members, start)
+ *
+ * Walks consecutive 512-byte headers in buf[start:end] and returns the (name, data, offset)
+ * tuples of the regular members whose header and data lie whole in the window, with the
+ * position of the first header it left alone. It leaves alone, to reader.py's Python parse,
+ * every header that is not the common case, so that every error, every special member and
+ * every refill keeps exactly one implementation:
+ *
+ *   - fewer than 512 bytes left, or a member's data not whole in the window (a refill);
+ *   - a header whose first byte is NUL (the end-of-archive block, or a broken header);
+ *   - a size or checksum field that is not plain octal (GNU base-256 among others), or a
+ *     checksum that does not match exactly;
+ *   - a type other than a regular file ('0', NUL, '7'): long names, PAX headers, directories;
+ *   - a size over `threshold` or past the shard's end (`limit`, -1 when unknown).
+ *
+ * What it accepts, the Python parse accepts and reads the same way: the name (the ustar prefix
+ * joined with '/', decoded as UTF-8 with surrogateescape), the data (a copy of `size` bytes),
+ * the offset (base + the header's position). The Python parse compares checksums modulo 65521
+ * (zlib.adler32, reader.py); an exact match here implies it.
+ *
+ * Why C: for tiny samples the Python header parse was most of the reading thread's time, and
+ * in thread mode that thread's time per sample caps the whole loader
+ * (benchmarks/results/bench_scaling.md). The Python parse stays the fallback when this module is
+ * not built.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <string.h>
+
+#define BLOCK 512
+
+/* A numeric field as reader._octal reads its octal case: up to the first NUL, spaces stripped at
+ * both ends, octal digits only (empty: 0). Returns 0 and sets *out, or -1 (not that case). */
+static int
+octal_field(const unsigned char *field, Py_ssize_t width, long long *out)
+{
+    Py_ssize_t n = 0, lo, hi;
+    long long value = 0;
+    if (field[0] == 0x80 || field[0] == 0xff)
+        return -1; /* base-256: the Python parse */
+    while (n < width && field[n] != 0)
+        n++;
+    lo = 0;
+    hi = n;
+    while (lo < hi && field[lo] == ' ')
+        lo++;
+    while (hi > lo && field[hi - 1] == ' ')
+        hi--;
+    if (hi - lo > 20)
+        return -1; /* could overflow: the Python parse */
+    for (Py_ssize_t i = lo; i < hi; i++) {
+        unsigned char c = field[i];
+        if (c < '0' || c > '7')
+            return -1;
+        value = value * 8 + (c - '0');
+    }
+    *out = value;
+    return 0;
+}
+
+static PyObject *
+plain_members(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    Py_ssize_t start, end;
+    long long base, threshold, limit;
+    PyObject *members, *result;
+
+    if (!PyArg_ParseTuple(args, "y*nnLLL", &view, &start, &end, &base, &threshold, &limit))
+        return NULL;
+    if (start < 0 || end < start || end > view.len) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "plain_members: window out of the buffer");
+        return NULL;
+    }
+    members = PyList_New(0);
+    if (members == NULL) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    const unsigned char *buf = (const unsigned char *)view.buf;
+    while (end - start >= BLOCK) {
+        const unsigned char *h = buf + start;
+        long long size, expected, sum = 0;
+        unsigned char type = h[156];
+        if (h[0] == 0)
+            break;
+        if (type != '0' && type != 0 && type != '7')
+            break;
+        if (octal_field(h + 124, 12, &size) < 0 || octal_field(h + 148, 8, &expected) < 0)
+            break;
+        for (int i = 0; i < BLOCK; i++)
+            sum += h[i];
+        for (int i = 148; i < 156; i++)
+            sum += ' ' - h[i]; /* the checksum field counts as spaces */
+        if (sum != expected)
+            break;
+        long long offset = base + start;
+        if (size > threshold || (limit >= 0 && size > limit - offset - BLOCK))
+            break;
+        long long padded = (size + BLOCK - 1) & ~(long long)(BLOCK - 1);
+        if (end - (start + BLOCK) < padded)
+            break; /* not whole in the window: the Python parse refills */
+
+        /* The name: up to 100 bytes to a NUL, after the ustar prefix when there is one. */
+        const unsigned char *nul = memchr(h, 0, 100);
+        Py_ssize_t name_len = nul != NULL ? (Py_ssize_t)(nul - h) : 100;
+        PyObject *name;
+        if (h[345] != 0 && memcmp(h + 257, "ustar\0", 6) == 0) {
+            const unsigned char *pnul = memchr(h + 345, 0, 155);
+            Py_ssize_t prefix_len = pnul != NULL ? (Py_ssize_t)(pnul - (h + 345)) : 155;
+            char joined[256];
+            memcpy(joined, h + 345, prefix_len);
+            joined[prefix_len] = '/';
+            memcpy(joined + prefix_len + 1, h, name_len);
+            name = PyUnicode_DecodeUTF8(joined, prefix_len + 1 + name_len, "surrogateescape");
+        } else {
+            name = PyUnicode_DecodeUTF8((const char *)h, name_len, "surrogateescape");
+        }
+        if (name == NULL)
+            goto error;
+        PyObject *data = PyBytes_FromStringAndSize((const char *)h + BLOCK, (Py_ssize_t)size);
+        if (data == NULL) {
+            Py_DECREF(name);
+            goto error;
+        }
+        PyObject *at = PyLong_FromLongLong(offset);
+        if (at == NULL) {
+            Py_DECREF(name);
+            Py_DECREF(data);
+            goto error;
+        }
+        PyObject *member = PyTuple_New(3);
+        if (member == NULL) {
+            Py_DECREF(name);
+            Py_DECREF(data);
+            Py_DECREF(at);
+            goto error;
+        }
+        PyTuple_SET_ITEM(member, 0, name);
+        PyTuple_SET_ITEM(member, 1, data);
+        PyTuple_SET_ITEM(member, 2, at);
+        if (PyList_Append(members, member) < 0) {
+            Py_DECREF(member);
+            goto error;
+        }
+        Py_DECREF(member);
+        start += BLOCK + (Py_ssize_t)padded;
+    }
+    PyBuffer_Release(&view);
+    result = Py_BuildValue("(Nn)", members, start);
+    return result;
+
+error:
+    PyBuffer_Release(&view);
+    Py_DECREF(members);
+    return NULL;
+}
+
+static PyMethodDef methods[] = {
+    {"plain_members", plain_members, METH_VARARGS,
+     "plain_members(buf, start, end, base, threshold, limit) -> (members, start): the plain regular "
+     "members whole in buf[start:end] (see the module source); limit -1: unknown."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_cmembers",
+    "The tar reader's fast path for plain members (reader.py keeps the Python parse).", -1, methods,
+};
+
+PyMODINIT_FUNC
+PyInit__cmembers(void)
+{
+    return PyModule_Create(&module);
+}
