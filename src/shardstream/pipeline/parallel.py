@@ -70,6 +70,8 @@ crosses threads, and what guards it:
   for the end;
 * ``loader/threads.py``: a ``queue.Queue`` between the producer and the training loop, an
   ``Event`` to stop; ``loader/buffers.py``: a lock around lending, returning and counting;
+* the tar reader's compiled fast path (``tar/_cmembers.c``): no state, declared to need no GIL
+  (a free-threaded CPython keeps its GIL off when it is imported);
 * the stages' functions on the pool: shardstream's keep nothing shared that a call changes,
   except the JPEG backends' memo (``decoders/_jpeg.py``, a dict filled once per backend, where
   two threads filling it at once store the same value). A user's map function runs on several

@@ -166,13 +166,23 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+/* No state: a call reads the caller's buffer and makes new objects, so threads may call it at
+ * once, and a free-threaded CPython need not turn its GIL back on for this module. */
+static PyModuleDef_Slot slots[] = {
+#ifdef Py_mod_gil
+    {Py_mod_gil, Py_MOD_GIL_NOT_USED},
+#endif
+    {0, NULL},
+};
+
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_cmembers",
-    "The tar reader's fast path for plain members (reader.py keeps the Python parse).", -1, methods,
+    "The tar reader's fast path for plain members (reader.py keeps the Python parse).", 0, methods,
+    slots, NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC
 PyInit__cmembers(void)
 {
-    return PyModule_Create(&module);
+    return PyModuleDef_Init(&module);
 }

@@ -5,6 +5,15 @@ small reads for every member, which dominates the cost for tiny samples. This re
 blocks from the stream and slices headers and member data out of them, so a shard of small
 members costs one read per block and a handful of bytes operations per member.
 
+The common member (a regular file whose header and data lie whole in the buffer, with plain
+octal fields and an exact checksum) is parsed in C when the optional ``_cmembers`` extension is
+built (``_cmembers.c``, compiled by ``setup.py`` where a C compiler is found): one call takes every
+such member in the buffer and stops at the first header it leaves to the Python parse below,
+which handles everything else (long names, PAX headers, refills, every error) and is the whole
+reader when the extension is missing. For tiny samples the Python parse of a header was most of
+the reading thread's time, and in thread mode that thread's time per sample caps the loader
+(``benchmarks/results/bench_scaling.md``, ``bench_tar_read.md``).
+
 It understands ustar (with the POSIX ``prefix`` field), GNU long names (``L``), PAX extended
 headers (``x``: ``path`` and ``size``), and gzip-compressed streams (detected by their magic
 bytes). Non-regular members (directories, links, devices) are skipped. Every header's checksum is
