@@ -11,6 +11,7 @@ environment the way ``tests/test_no_torch.py`` does it.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tarfile
@@ -78,3 +79,55 @@ def test_build_install_and_smoke_test_in_a_fresh_venv(tmp_path: Path) -> None:
     assert _ok(script, "verify", str(tmp_path / "out"), cwd=tmp_path).stdout.endswith("0 problems\n")
     fast = "from shardstream.tar import reader; assert reader._plain_members is not None"
     _ok(python, "-c", fast)
+
+
+def test_an_install_without_a_c_compiler_reads_with_the_python_parse(tmp_path: Path) -> None:
+    """The compiled part is optional: with no working compiler (``CC=/bin/false``) the wheel
+    still builds, without it, and the installed reader reads a shard with its Python parse."""
+    require_module("build", "building the sdist")
+    dist = tmp_path / "dist"
+    _ok(sys.executable, "-m", "build", "--no-isolation", "--sdist", "--outdir", str(dist), str(ROOT))
+    (sdist,) = dist.glob("shardstream-*.tar.gz")
+    # From the sdist: pip unpacks it into a fresh directory, so nothing compiled earlier is reused.
+    wheels = tmp_path / "wheels"
+    env = {**os.environ, "CC": "/bin/false"}
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "--disable-pip-version-check",
+            "-w",
+            str(wheels),
+            str(sdist),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    (wheel,) = wheels.glob("shardstream-*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        assert not [n for n in zf.namelist() if n.endswith(".so")]
+    venv = tmp_path / "venv"
+    _ok(_base_python(), "-m", "venv", str(venv))
+    python = str(venv / "bin" / "python")
+    _ok(python, "-m", "pip", "install", "--no-index", "--no-deps", "--disable-pip-version-check", str(wheel))
+    _link_core_dependencies(tmp_path / "deps")
+    purelib = _ok(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").stdout.strip()
+    Path(purelib, "core-deps.pth").write_text(f"{tmp_path / 'deps'}\n")
+    code = (
+        "import shardstream as ss\n"
+        "from shardstream.tar import reader\n"
+        "assert reader._plain_members is None\n"
+        "with ss.ShardWriter('out/t-%06d.tar', maxcount=5) as w:\n"
+        "    [w.write({'__key__': f'k{i}', 'cls': i}) for i in range(12)]\n"
+        "print(sum(s['cls'] for s in ss.ShardStream('out/t-{000000..000002}.tar').decode()))\n"
+    )
+    assert _ok(python, "-c", code, cwd=tmp_path).stdout.strip() == str(sum(range(12)))
