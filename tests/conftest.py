@@ -109,20 +109,29 @@ def ftp_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         yield server
 
 
+@pytest.fixture
+def compiled_tar_parse() -> None:
+    """The tar reader's compiled fast path (``tar/_cmembers.c``) is built: the test goes on, or is
+    skipped here and fails under ``CI=true``."""
+    from shardstream.tar import reader
+
+    require_component(
+        "shardstream.tar._cmembers",
+        "the tar reader's compiled fast path (built by the editable install with a C compiler)",
+        present=reader._plain_members is not None,
+        install="install a C compiler (gcc) and run `bash run.sh setup` again",
+    )
+
+
 @pytest.fixture(params=["compiled", "python"])
 def tar_parse(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """The tar reader's two header parses, one per test run: the compiled fast path
-    (``tar/_cmembers.c``; a build without it fails here under ``CI=true``) and the Python parse
-    it falls back to, forced by leaving the compiled function out."""
+    """The tar reader's two header parses, one per test run: the compiled fast path (as
+    :func:`compiled_tar_parse` requires it) and the Python parse it falls back to, forced by
+    leaving the compiled function out."""
     from shardstream.tar import reader
 
     if request.param == "compiled":
-        require_component(
-            "shardstream.tar._cmembers",
-            "the tar reader's compiled fast path (built by the editable install with a C compiler)",
-            present=reader._plain_members is not None,
-            install="install a C compiler (gcc) and run `bash run.sh setup` again",
-        )
+        request.getfixturevalue("compiled_tar_parse")
     else:
         monkeypatch.setattr(reader, "_plain_members", None)
     return str(request.param)

@@ -29,10 +29,33 @@ ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
 
 
-def _ok(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(args, capture_output=True, text=True, timeout=300, cwd=cwd, check=False)
+def _ok(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(args, capture_output=True, text=True, timeout=300, cwd=cwd, env=env, check=False)
     assert result.returncode == 0, f"{args}:\n{result.stdout}\n{result.stderr}"
     return result
+
+
+def _fresh_venv(tmp_path: Path, wheel: Path) -> Path:
+    """A new venv with ``wheel`` installed (offline, no dependencies) and the core dependencies
+    linked in from this environment; returns its ``bin`` directory."""
+    venv = tmp_path / "venv"
+    _ok(_base_python(), "-m", "venv", str(venv))
+    python = str(venv / "bin" / "python")
+    _ok(python, "-m", "pip", "install", "--no-index", "--no-deps", "--disable-pip-version-check", str(wheel))
+    _link_core_dependencies(tmp_path / "deps")
+    purelib = _ok(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").stdout.strip()
+    Path(purelib, "core-deps.pth").write_text(f"{tmp_path / 'deps'}\n")
+    return venv / "bin"
+
+
+#: Writes 12 samples in 3 shards and prints the sum of their labels, read back (66).
+_WRITE_AND_READ = (
+    "with ss.ShardWriter('out/t-%06d.tar', maxcount=5) as w:\n"
+    "    [w.write({'__key__': f'k{i}', 'cls': i}) for i in range(12)]\n"
+    "print(sum(s['cls'] for s in ss.ShardStream('out/t-{000000..000002}.tar').decode()))\n"
+)
 
 
 def test_build_install_and_smoke_test_in_a_fresh_venv(tmp_path: Path) -> None:
@@ -49,7 +72,7 @@ def test_build_install_and_smoke_test_in_a_fresh_venv(tmp_path: Path) -> None:
         names = zf.namelist()
         metadata = zf.read(f"shardstream-{version}.dist-info/METADATA").decode()
     assert "shardstream/py.typed" in names and "shardstream/cli/_verify.py" in names
-    assert "shardstream/tar/_cmembers.pyi" in names
+    assert "shardstream/tar/_cmembers.pyi" in names and "shardstream/tar/_cmembers.c" not in names
     assert any(n.startswith("shardstream/tar/_cmembers.") and n.endswith(".so") for n in names), names
     assert f"shardstream-{version}.dist-info/licenses/LICENSE" in names
     assert "License-Expression: Apache-2.0" in metadata and f"Version: {version}" in metadata
@@ -59,21 +82,13 @@ def test_build_install_and_smoke_test_in_a_fresh_venv(tmp_path: Path) -> None:
         assert f"shardstream-{version}/src/shardstream/tar/_cmembers.c" in tf.getnames()
         assert f"shardstream-{version}/setup.py" in tf.getnames()
 
-    venv = tmp_path / "venv"
-    _ok(_base_python(), "-m", "venv", str(venv))
-    python, script = str(venv / "bin" / "python"), str(venv / "bin" / "shardstream")
-    _ok(python, "-m", "pip", "install", "--no-index", "--no-deps", "--disable-pip-version-check", str(wheel))
-    _link_core_dependencies(tmp_path / "deps")
-    purelib = _ok(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").stdout.strip()
-    Path(purelib, "core-deps.pth").write_text(f"{tmp_path / 'deps'}\n")
+    bin_dir = _fresh_venv(tmp_path, wheel)
+    python, script = str(bin_dir / "python"), str(bin_dir / "shardstream")
 
     assert _ok(script, "--version").stdout.strip() == f"shardstream {version}"
     code = (
-        "import shardstream as ss, sys\n"
-        "assert ss.__file__.startswith(sys.prefix), ss.__file__\n"
-        "with ss.ShardWriter('out/t-%06d.tar', maxcount=5) as w:\n"
-        "    [w.write({'__key__': f'k{i}', 'cls': i}) for i in range(12)]\n"
-        "print(sum(s['cls'] for s in ss.ShardStream('out/t-{000000..000002}.tar').decode()))\n"
+        "import shardstream as ss, sys\nassert ss.__file__.startswith(sys.prefix), ss.__file__\n"
+        + _WRITE_AND_READ
     )
     assert _ok(python, "-c", code, cwd=tmp_path).stdout.strip() == str(sum(range(12)))
     assert _ok(script, "verify", str(tmp_path / "out"), cwd=tmp_path).stdout.endswith("0 problems\n")
@@ -91,43 +106,23 @@ def test_an_install_without_a_c_compiler_reads_with_the_python_parse(tmp_path: P
     # From the sdist: pip unpacks it into a fresh directory, so nothing compiled earlier is reused.
     wheels = tmp_path / "wheels"
     env = {**os.environ, "CC": "/bin/false"}
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--no-deps",
-            "--no-build-isolation",
-            "--no-index",
-            "--disable-pip-version-check",
-            "-w",
-            str(wheels),
-            str(sdist),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-        check=False,
+    pip_wheel = (
+        "-m",
+        "pip",
+        "wheel",
+        "--no-deps",
+        "--no-build-isolation",
+        "--no-index",
+        "--disable-pip-version-check",
     )
-    assert result.returncode == 0, result.stdout + result.stderr
+    _ok(sys.executable, *pip_wheel, "-w", str(wheels), str(sdist), env=env)
     (wheel,) = wheels.glob("shardstream-*.whl")
     with zipfile.ZipFile(wheel) as zf:
         assert not [n for n in zf.namelist() if n.endswith(".so")]
-    venv = tmp_path / "venv"
-    _ok(_base_python(), "-m", "venv", str(venv))
-    python = str(venv / "bin" / "python")
-    _ok(python, "-m", "pip", "install", "--no-index", "--no-deps", "--disable-pip-version-check", str(wheel))
-    _link_core_dependencies(tmp_path / "deps")
-    purelib = _ok(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").stdout.strip()
-    Path(purelib, "core-deps.pth").write_text(f"{tmp_path / 'deps'}\n")
+    python = str(_fresh_venv(tmp_path, wheel) / "python")
     code = (
         "import shardstream as ss\n"
         "from shardstream.tar import reader\n"
-        "assert reader._plain_members is None\n"
-        "with ss.ShardWriter('out/t-%06d.tar', maxcount=5) as w:\n"
-        "    [w.write({'__key__': f'k{i}', 'cls': i}) for i in range(12)]\n"
-        "print(sum(s['cls'] for s in ss.ShardStream('out/t-{000000..000002}.tar').decode()))\n"
+        "assert reader._plain_members is None\n" + _WRITE_AND_READ
     )
     assert _ok(python, "-c", code, cwd=tmp_path).stdout.strip() == str(sum(range(12)))

@@ -15,11 +15,13 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from _components import require_component
 
 from shardstream.errors import ShardFormatError
 from shardstream.tar import reader
 from shardstream.tar.reader import iter_members
+
+#: Only where the compiled path is built (a build without it fails under ``CI=true``).
+pytestmark = pytest.mark.usefixtures("compiled_tar_parse")
 
 Outcome = tuple[list[tuple[str, bytes, int]], Any]
 
@@ -129,17 +131,6 @@ def _outcome(data: bytes, fast: bool, **kw: Any) -> Outcome:
     finally:
         reader._plain_members = saved
     return got, None
-
-
-@pytest.fixture(autouse=True)
-def _compiled() -> None:
-    """Only where the compiled path is built (a build without it fails under ``CI=true``)."""
-    require_component(
-        "shardstream.tar._cmembers",
-        "the tar reader's compiled fast path (built by the editable install with a C compiler)",
-        present=reader._plain_members is not None,
-        install="install a C compiler (gcc) and run `bash run.sh setup` again",
-    )
 
 
 def _both(data: bytes, **kw: Any) -> Outcome:
