@@ -95,7 +95,8 @@ def test_thread_mode_chunks_hold_an_item_per_thread(tmp_path: Path) -> None:
     urls = write_shards(tmp_path, [120])
     pipeline = ss.ShardStream(urls, shuffle_shards=False).map(_slow_stamp)
     with ss.Loader(pipeline, batch_size=4, num_threads=4, collate_fn=list) as loader:
-        switches, pairs = _switches(loader, skip=2 * 4 + 2)
+        # the first window, then the first chunks, which grow to 4 items once 12 are sent
+        switches, pairs = _switches(loader, skip=2 * 4 + 2 + 12)
     assert switches <= pairs // 4 + 1, f"{switches} thread changes in {pairs} pairs: chunks of fewer than 4"
 
 
@@ -107,3 +108,59 @@ def test_worker_processes_keep_chunks_of_single_slow_items(tmp_path: Path) -> No
     with ss.Loader(pipeline, batch_size=4, num_threads=4, num_workers=1, collate_fn=list) as loader:
         switches, pairs = _switches(loader, skip=2 * 4 + 2)
     assert switches >= pairs // 3, f"only {switches} thread changes in {pairs} pairs: chunks of several items"
+
+
+def _runs(names: list[str]) -> list[tuple[int, int]]:
+    """``(start, length)`` of each run of consecutive items worked by one thread."""
+    runs: list[tuple[int, int]] = []
+    for i, name in enumerate(names):
+        if runs and names[i - 1] == name:
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+        else:
+            runs.append((i, 1))
+    return runs
+
+
+def test_a_runs_first_chunks_grow_to_an_item_per_thread(tmp_path: Path) -> None:
+    """8 threads, items of 5 ms: chunks of 8 items once the run has sent 56 (a chunk holds at
+    most one item more than those sent divided by the threads), not from its first window on:
+    sent at once, 8 chunks of 8 items would come back together, 40 ms after the first."""
+    urls = write_shards(tmp_path, [160])
+    pipeline = ss.ShardStream(urls, shuffle_shards=False).map(_slow_stamp)
+    with ss.Loader(pipeline, batch_size=4, num_threads=8, collate_fn=list) as loader:
+        names = [name for batch in loader for name in batch]
+    full = [start for start, length in _runs(names) if length >= 8]
+    assert full, f"no chunk of 8 items: {_runs(names)}"
+    # 56 items sent before the first chunk of 8; a thread that takes two chunks in a row
+    # joins them into one run, hence the margin
+    assert full[0] >= 40, f"a run of 8 items from item {full[0]}: no ramp: {_runs(names)}"
+
+
+def _stamp_start(started: list[float]) -> Any:
+    def stamp(sample: dict[str, Any]) -> int:
+        started.append(time.monotonic())
+        time.sleep(0.02)
+        return int(sample["cls"])
+
+    return stamp
+
+
+def test_closing_a_run_stops_the_chunks_it_left_running(tmp_path: Path) -> None:
+    """8 threads, items of 20 ms (chunks of 8: 160 ms each). An epoch left after 20 batches
+    closes its run: the pool's threads stop before their next item, where they went on through
+    their chunks (each item started after the close would be the dead epoch's work holding a
+    thread the next epoch needs). One item per thread may start just after: read the flag just
+    before it was set."""
+    urls = write_shards(tmp_path, [400])
+    started: list[float] = []
+    pipeline = ss.ShardStream(urls, shuffle_shards=False).map(_stamp_start(started))
+    with ss.Loader(pipeline, batch_size=4, num_threads=8, collate_fn=list) as loader:
+        it = iter(loader)
+        for _ in range(20):
+            next(it)
+        it.close()  # type: ignore[attr-defined]
+        closed = time.monotonic()
+        time.sleep(0.4)  # longer than a chunk: without the stop every thread ends its chunk
+        late = [t for t in started if t > closed]
+        assert len(late) <= 8, f"{len(late)} items started after the run was closed"
+        assert len(started) < 400

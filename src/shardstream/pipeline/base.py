@@ -63,6 +63,7 @@ __all__ = [
     "StageStats",
     "StateDict",
     "guarded",
+    "pending_positions",
     "pipelinefilter",
 ]
 
@@ -328,6 +329,21 @@ PipelineStage = Stage
 _UNSAVED_WARNED: set[str] = set()
 
 
+def pending_positions(state: StateDict | None) -> list[Any] | None:
+    """The positions a map node's state holds of items pulled and not yet yielded, in order:
+    ``{"pending": [token, ...]}``, or ``{"pending_runs": [[token, ...], ...]}`` as thread mode
+    saves them, one list per chunk (``parallel.py``: the producer takes the state after every
+    batch, and a reference per chunk costs less than a copy of every position in its window);
+    ``None`` for any other state."""
+    if not state:
+        return None
+    if set(state) == {"pending"}:
+        return list(state["pending"])
+    if set(state) == {"pending_runs"}:
+        return [token for run in state["pending_runs"] for token in run]
+    return None
+
+
 class _MapNode(Node):
     def __init__(
         self, stage: MapStage, upstream: Node, ctx: RunContext, state: StateDict | None = None
@@ -336,7 +352,7 @@ class _MapNode(Node):
         self.fn = stage.function(ctx)
         self.tell = upstream.tell
         #: Items pulled by threaded map stages, not yielded when saved (parallel.py): first, again.
-        self.pending: deque[Any] = deque((state or {}).get("pending", []))
+        self.pending: deque[Any] = deque(pending_positions(state) or ())
         self.src: Iterable[Any] = upstream
         if self.pending:
             self.src = self._replaying(upstream)

@@ -15,8 +15,12 @@ stage's handler decides in the iterating thread, in order (skip and count, stop,
 
 State: items pulled from upstream but not yet yielded are *pending*; the node saves their
 positions (upstream ``tell`` tokens), as a shuffle buffer does, under the first stage of the run
-(``{"pending": [...]}``; the others save ``{}``). Restoring, a ``ParallelMapNode`` or a plain
-one-thread map node (:class:`~.base.MapStage` accepts the same state) first produces those items
+(``{"pending_runs": [[...], ...]}``, one list per chunk; the others save ``{}``). The producer
+takes the state after every batch, and with 64 threads the window holds about 8,000 items: a
+reference per chunk makes a list of about 130 entries where a copy of every position made one
+of 8,000, on the thread whose time per sample caps thread mode (``bench_scaling.md``). Restoring,
+a ``ParallelMapNode`` or a plain one-thread map node (:class:`~.base.MapStage` accepts this
+state and its own, ``{"pending": [...]}``, ``base.pending_positions``) first produces those items
 again with ``upstream.items_at`` and then continues, so a state taken with any number of
 threads restores with any other. Without positions upstream (a plain-function stage) the node
 is not stateful and the pipeline replays instead.
@@ -39,6 +43,15 @@ A floor on every pool cost the workers that run many threads each most of their 
 file); with the positions left out of the batches, the same floor made them faster (an A/B run
 that no results file holds), so the positions, not the chunks, were the cost. Chunks hold 1 to
 64 items.
+
+A run's first chunks are smaller: a chunk holds at most one item more than the items sent so
+far divided by the pool's threads, so the sizes grow by one for each pool's worth of chunks
+(on 64 threads, to 64 items after about 4,000 items). Sent at once, 64 chunks of 64 items
+start together and come back together, a whole chunk's work later (64 items of 400 us that
+also wait for the GIL: about 140 ms), and nothing of the run reaches the training loop before
+then; growing, the first ones come back after one item's work. Closing a run (an epoch left
+early, a loader closed) cancels the chunks not started, and those running stop before their
+next item, so that a stopped epoch's chunks do not hold the pool's threads for the next one.
 
 The GIL: one chunk in eight times each stage's calls in wall and thread CPU time, and the
 chunk's wait for a core (the kernel's run-queue time, ``/proc/thread-self/schedstat``), into the
@@ -63,6 +76,9 @@ crosses threads, and what guards it:
   start lets the work run, as cancelling a running future does;
 * chunk sizes, the chunk sampling count, pending positions, the skip counters: the iterating
   thread's alone (:meth:`ParallelMapNode._run` and the stages' handlers run there);
+* ``ParallelMapNode.stopped``: set by the iterating thread when the run closes, read by the pool
+  threads before each item; one read late, a thread works one more item whose result nobody
+  takes;
 * the stages' thread timings: added under one lock for every run; each stage's counters are
   made before the pool starts (they are made lazily, and two threads making them at once would
   keep one of two);
@@ -92,7 +108,7 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from .base import MapStage, Node, RunContext, StateDict
+from .base import MapStage, Node, RunContext, StateDict, pending_positions
 from .pool import Task, Threads
 
 __all__ = ["ParallelMapNode", "Task", "Threads", "build_parallel"]
@@ -162,23 +178,30 @@ class ParallelMapNode(Node):
         self.threads = ctx.threads
         self.up_tell = upstream.tell
         self.stateful = upstream.tell is not None
-        self.pending: deque[Any] = deque()  # positions of items pulled and not yet yielded
+        # Positions of the items pulled and not yet yielded: those of the chunk being yielded from
+        # index `at` on, then one list per chunk in flight (a state copies a reference per chunk).
+        self.current: list[Any] = []
+        self.at = 0
+        self.pending: deque[list[Any]] = deque()
         self.last: Any = None
         self.per_item = 0.0  # seconds of work per item, measured on the pool threads
         self.inflight: deque[Task] = deque()
         self.chunks = 0
+        self.sent = 0  # items sent to the pool in this run (the first chunks grow with it)
+        self.stopped = False  # closed: the chunks running stop at their next item
         for stage in self.stages:
             stage.stats  # noqa: B018 - made here, before pool threads add to it (it is made lazily)
         if upstream.tell is not None:
             self.tell = self._tell
-        tokens = list((state or {}).get("pending", []))
-        self._it = self._run(tokens)
+        self._it = self._run(pending_positions(state) or [])
 
     def _tell(self) -> Any:
         return self.last
 
     def pending_state(self) -> StateDict:
-        return {"pending": list(self.pending)} if self.pending else {}
+        runs = [self.current[self.at :]] if self.at < len(self.current) else []
+        runs.extend(self.pending)
+        return {"pending_runs": runs} if runs else {}
 
     def state_dict(self) -> StateDict:
         # The run's state is saved in its first stage's place (a _Part, unless that is this node).
@@ -209,6 +232,8 @@ class ParallelMapNode(Node):
         fns, drop_none = self.fns, self.drop_none
         out = []
         for item in items:
+            if self.stopped:  # nobody takes these results any more
+                break
             for i, fn in enumerate(fns):
                 try:
                     item = fn(item)
@@ -231,6 +256,8 @@ class ParallelMapNode(Node):
         cpu = [0] * len(fns)
         out = []
         for item in items:
+            if self.stopped:
+                break
             for i, fn in enumerate(fns):
                 w0, c0 = time.perf_counter_ns(), time.thread_time_ns()
                 try:
@@ -256,10 +283,12 @@ class ParallelMapNode(Node):
 
     def _chunk_size(self) -> int:
         """Items for the next chunk (1 to 64): about 4 ms of work, and at least the pool's
-        ``min_chunk`` (see the module docstring); one item while the work is not yet known."""
+        ``min_chunk``, once the run has sent a pool's worth of chunks of each size below
+        (see the module docstring); one item while the work is not yet known."""
         if self.per_item <= 0:
             return 1
-        return min(_MAX_CHUNK, max(self.threads.min_chunk, int(_CHUNK_SECONDS / self.per_item)))
+        size = min(_MAX_CHUNK, max(self.threads.min_chunk, int(_CHUNK_SECONDS / self.per_item)))
+        return min(size, 1 + self.sent // self.threads.n)
 
     def _run(self, tokens: list[Any]) -> Iterator[Any]:
         assert self.upstream is not None
@@ -278,16 +307,17 @@ class ParallelMapNode(Node):
             # window of chunks read and sent through the pool).
             while not exhausted and len(inflight) < max_chunks and not (inflight and inflight[0].done()):
                 chunk: list[Any] = []
+                positions: list[Any] = []
                 size = self._chunk_size()
                 try:
                     while replay and len(chunk) < size:
                         item, token = replay.popleft()
                         chunk.append(item)
-                        pending.append(token)
+                        positions.append(token)
                     if len(chunk) < size:
                         for item in upstream:
                             chunk.append(item)
-                            pending.append(tell() if tell is not None else None)
+                            positions.append(tell() if tell is not None else None)
                             if len(chunk) >= size:
                                 break
                         else:
@@ -295,10 +325,12 @@ class ParallelMapNode(Node):
                 except Exception as exn:
                     failure, exhausted = exn, True
                 if chunk:
+                    pending.append(positions)
                     # One chunk in eight is timed stage by stage (decided here: no counter is
                     # shared between the pool threads).
                     work = self._work_sampled if self.chunks % _SAMPLE_EVERY == 0 else self._work
                     self.chunks += 1
+                    self.sent += len(chunk)
                     inflight.append(threads.task(work, chunk))
             if not inflight:
                 if failure is not None:
@@ -306,8 +338,11 @@ class ParallelMapNode(Node):
                 return
             results, per_item = inflight.popleft().result()
             self.per_item = per_item if self.per_item == 0 else 0.8 * self.per_item + 0.2 * per_item
-            for out in results:
-                token = pending.popleft()
+            self.current, self.at = pending.popleft(), 0  # the positions of the chunk's items
+            done = self.current
+            for at, out in enumerate(results, 1):
+                self.at = at  # a state taken at the yield below holds the positions after it
+                token = done[at - 1]
                 if type(out) is _Failed:
                     stage = self.stages[out.stage]
                     go_on = stage.handler(out.error)
@@ -321,6 +356,7 @@ class ParallelMapNode(Node):
                 yield out
 
     def close(self) -> None:
+        self.stopped = True
         for future in self.inflight:
             future.cancel()
         self.inflight.clear()

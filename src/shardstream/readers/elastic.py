@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import StateError, redact_url
-from ..pipeline.base import MapStage, Node, RunContext, StateDict
+from ..pipeline.base import MapStage, Node, RunContext, StateDict, pending_positions
 from ..pipeline.build import build_one
 from ..pipeline.seams import finished_epoch
 from ..pipeline.shuffle import Shuffle
@@ -129,9 +129,9 @@ def unread(
         shuffled = shuffled or (isinstance(stage, Shuffle) and stage.bufsize >= 2)
         if isinstance(stage, Shuffle) and node_state:
             held.extend(locate(token) for token in node_state.get("buffer", []))
-        elif isinstance(stage, MapStage) and node_state and set(node_state) == {"pending"}:
+        elif isinstance(stage, MapStage) and (pending := pending_positions(node_state)) is not None:
             # items map stages on threads had pulled and not yielded (pipeline/parallel.py)
-            held.extend(locate(token) for token in node_state["pending"])
+            held.extend(locate(token) for token in pending)
         elif node_state is not None and node_state not in _TRIVIAL:
             raise StateError(
                 f"stage {type(stage).__name__} after the reader holds a position "

@@ -37,7 +37,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ..errors import StateError, redact_url
-from ..pipeline.base import MapStage, RunContext, StateDict
+from ..pipeline.base import MapStage, RunContext, StateDict, pending_positions
 from ..pipeline.batch import Batched
 from ..pipeline.mix import PASS_STRIDE, MixSource
 from ..pipeline.pipeline import DataPipeline
@@ -115,8 +115,8 @@ class _OldWorker:
         for stage, node_state in zip(pipeline.pipeline[1:], nodes[1:], strict=True):
             if isinstance(stage, Shuffle) and node_state:
                 tokens = node_state.get("buffer", [])
-            elif isinstance(stage, MapStage) and node_state and set(node_state) == {"pending"}:
-                tokens = node_state["pending"]
+            elif isinstance(stage, MapStage) and (pending := pending_positions(node_state)) is not None:
+                tokens = pending
             elif node_state is not None and node_state not in _TRIVIAL:
                 raise StateError(
                     f"stage {type(stage).__name__} after the mixture holds a position "
