@@ -331,8 +331,8 @@ _UNSAVED_WARNED: set[str] = set()
 
 def pending_positions(state: StateDict | None) -> list[Any] | None:
     """The positions a map node's state holds of items pulled and not yet yielded, in order:
-    ``{"pending": [token, ...]}``, or ``{"pending_runs": [[token, ...], ...]}`` as thread mode
-    saves them, one list per chunk (``parallel.py``: the producer takes the state after every
+    ``{"pending": [token, ...]}``, or ``{"pending_runs": [(token, ...), ...]}`` as thread mode
+    saves them, a tuple per chunk (``parallel.py``: the producer takes the state after every
     batch, and a reference per chunk costs less than a copy of every position in its window);
     ``None`` for any other state."""
     if not state:

@@ -15,7 +15,7 @@ stage's handler decides in the iterating thread, in order (skip and count, stop,
 
 State: items pulled from upstream but not yet yielded are *pending*; the node saves their
 positions (upstream ``tell`` tokens), as a shuffle buffer does, under the first stage of the run
-(``{"pending_runs": [[...], ...]}``, one list per chunk; the others save ``{}``). The producer
+(``{"pending_runs": [(...), ...]}``, a tuple per chunk; the others save ``{}``). The producer
 takes the state after every batch, and with 64 threads the window holds about 8,000 items: a
 reference per chunk makes a list of about 130 entries where a copy of every position made one
 of 8,000, on the thread whose time per sample caps thread mode (``bench_scaling.md``). Restoring,
@@ -179,10 +179,11 @@ class ParallelMapNode(Node):
         self.up_tell = upstream.tell
         self.stateful = upstream.tell is not None
         # Positions of the items pulled and not yet yielded: those of the chunk being yielded from
-        # index `at` on, then one list per chunk in flight (a state copies a reference per chunk).
-        self.current: list[Any] = []
+        # index `at` on, then one tuple per chunk in flight (a state copies a reference per chunk;
+        # tuples, so that no one holding a state can change the run's positions).
+        self.current: tuple[Any, ...] = ()
         self.at = 0
-        self.pending: deque[list[Any]] = deque()
+        self.pending: deque[tuple[Any, ...]] = deque()
         self.last: Any = None
         self.per_item = 0.0  # seconds of work per item, measured on the pool threads
         self.inflight: deque[Task] = deque()
@@ -325,7 +326,7 @@ class ParallelMapNode(Node):
                 except Exception as exn:
                     failure, exhausted = exn, True
                 if chunk:
-                    pending.append(positions)
+                    pending.append(tuple(positions))
                     # One chunk in eight is timed stage by stage (decided here: no counter is
                     # shared between the pool threads).
                     work = self._work_sampled if self.chunks % _SAMPLE_EVERY == 0 else self._work
