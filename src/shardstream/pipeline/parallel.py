@@ -46,10 +46,11 @@ that no results file holds), so the positions, not the chunks, were the cost. Ch
 
 A run's first chunks are smaller: a chunk holds at most one item more than the items sent so
 far divided by the pool's threads, so the sizes grow by one for each pool's worth of chunks
-(on 64 threads, to 64 items after about 4,000 items). Sent at once, 64 chunks of 64 items
-start together and come back together, a whole chunk's work later (64 items of 400 us that
-also wait for the GIL: about 140 ms), and nothing of the run reaches the training loop before
-then; growing, the first ones come back after one item's work. Closing a run (an epoch left
+(on 64 threads, to 64 items after about 4,000 items). Sent at once, a pool's worth of full
+chunks start together and come back together, a whole chunk's work later (with many threads,
+each item's work and its wait for the GIL), and nothing of the run reaches the training loop
+before then; growing, the first ones come back after one item's work (``bench_scaling.md``
+measures the run from its start). Closing a run (an epoch left
 early, a loader closed) cancels the chunks not started, and those running stop before their
 next item, so that a stopped epoch's chunks do not hold the pool's threads for the next one.
 
