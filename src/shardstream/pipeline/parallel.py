@@ -50,9 +50,9 @@ far divided by the pool's threads, so the sizes grow by one for each pool's wort
 chunks start together and come back together, a whole chunk's work later (with many threads,
 each item's work and its wait for the GIL), and nothing of the run reaches the training loop
 before then; growing, the first ones come back after one item's work (``bench_scaling.md``
-measures the run from its start). Closing a run (an epoch left
-early, a loader closed) cancels the chunks not started, and those running stop before their
-next item, so that a stopped epoch's chunks do not hold the pool's threads for the next one.
+measures the run from its start). Closing a run (an epoch left early, a loader closed)
+cancels the chunks not started, and those running stop before their next item, so that a
+stopped epoch's chunks do not hold the pool's threads for the next one.
 
 The GIL: one chunk in eight times each stage's calls in wall and thread CPU time, and the
 chunk's wait for a core (the kernel's run-queue time, ``/proc/thread-self/schedstat``), into the
