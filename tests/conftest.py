@@ -113,27 +113,28 @@ def ftp_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 def compiled_tar_parse() -> None:
     """The tar reader's compiled fast path (``tar/_cmembers.c``) is built: the test goes on, or is
     skipped here and fails under ``CI=true``."""
-    from shardstream.tar import reader
+    from shardstream.tar import grouping, reader
 
     require_component(
         "shardstream.tar._cmembers",
         "the tar reader's compiled fast path (built by the editable install with a C compiler)",
-        present=reader._plain_members is not None,
+        present=reader._plain_members is not None and grouping._group_members is not None,
         install="install a C compiler (gcc) and run `bash run.sh setup` again",
     )
 
 
 @pytest.fixture(params=["compiled", "python"])
 def tar_parse(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """The tar reader's two header parses, one per test run: the compiled fast path (as
-    :func:`compiled_tar_parse` requires it) and the Python parse it falls back to, forced by
-    leaving the compiled function out."""
-    from shardstream.tar import reader
+    """The tar reader's two paths, one per test run: the compiled header parse and grouping loop
+    (as :func:`compiled_tar_parse` requires them) and the Python code they fall back to, forced
+    by leaving the compiled functions out."""
+    from shardstream.tar import grouping, reader
 
     if request.param == "compiled":
         request.getfixturevalue("compiled_tar_parse")
     else:
         monkeypatch.setattr(reader, "_plain_members", None)
+        monkeypatch.setattr(grouping, "_group_members", None)
     return str(request.param)
 
 

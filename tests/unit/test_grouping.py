@@ -1,4 +1,5 @@
-"""Key and extension rules when grouping tar members into samples."""
+"""Key and extension rules when grouping tar members into samples (each test on the compiled
+grouping loop and on the Python one)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import pytest
 
 from shardstream.errors import ShardFormatError
 from shardstream.tar.grouping import group_samples, split_key
+
+pytestmark = pytest.mark.usefixtures("tar_parse")
 
 
 @pytest.mark.parametrize(

@@ -54,10 +54,14 @@ measures the run from its start). Closing a run (an epoch left early, a loader c
 cancels the chunks not started, and those running stop before their next item, so that a
 stopped epoch's chunks do not hold the pool's threads for the next one.
 
-The GIL: one chunk in eight times each stage's calls in wall and thread CPU time, and the
-chunk's wait for a core (the kernel's run-queue time, ``/proc/thread-self/schedstat``), into the
-stage's :class:`~shardstream.telemetry.stats.StageStats` (always on: two clock reads per stage
-and item of that chunk). What remains of a call's wall time, neither on a core nor waiting for
+The GIL: one chunk in eight of a run's first 256, and one in 64 after them, times each stage's
+calls in wall and thread CPU time, and the chunk's wait for a core (the kernel's run-queue time,
+``/proc/thread-self/schedstat``), into the stage's
+:class:`~shardstream.telemetry.stats.StageStats` (always on: a reading of each clock per stage
+and item of that chunk, and the thread CPU clock is a system call: timing every chunk, or one in
+eight all along, would cost every sample some of what thread mode's serial part is made of,
+``bench_scaling.md``; a run's first chunks are timed densely, so that ``stats()`` has its
+figures early). What remains of a call's wall time, neither on a core nor waiting for
 one, is time blocked: for a stage that does no I/O, waiting for the GIL. A stage that releases
 the GIL (a JPEG decode in C) waits little; one that holds it (a pure-Python map) waits while
 the other threads take their turns. ``ss.Loader.stats()`` names such a stage and says that
@@ -116,7 +120,9 @@ __all__ = ["ParallelMapNode", "Task", "Threads", "build_parallel"]
 
 _CHUNK_SECONDS = 0.004  # target work per submitted chunk (sub-millisecond chunks cost more CPU)
 _MAX_CHUNK = 64
-_SAMPLE_EVERY = 8  # one chunk in this many times each stage in wall and CPU time (the GIL check)
+_SAMPLE_EVERY = 8  # one chunk in this many times each stage in wall and CPU time (the GIL check) ...
+_SAMPLE_FIRST = 256  # ... among a run's first chunks; one in _SAMPLE_LATER after them
+_SAMPLE_LATER = 64
 #: Guards the stages' thread timings, added to from pool threads (one lock for every run: two
 #: loaders over one pipeline share its stages, and so their counters).
 _STATS_LOCK = threading.Lock()
@@ -257,19 +263,24 @@ class ParallelMapNode(Node):
         wall = [0] * len(fns)
         cpu = [0] * len(fns)
         out = []
+        # One reading of each clock per call: a call's end is the next one's start (what runs
+        # between two calls, a few bytecodes, counts to the next stage). The thread CPU clock is
+        # a system call, not a vDSO read.
+        w0, c0 = time.perf_counter_ns(), time.thread_time_ns()
         for item in items:
             if self.stopped:
                 break
             for i, fn in enumerate(fns):
-                w0, c0 = time.perf_counter_ns(), time.thread_time_ns()
                 try:
                     item = fn(item)
                 except Exception as exn:
                     item = _Failed(i, exn)
                     break
                 finally:
-                    cpu[i] += time.thread_time_ns() - c0
-                    wall[i] += time.perf_counter_ns() - w0
+                    w1, c1 = time.perf_counter_ns(), time.thread_time_ns()
+                    cpu[i] += c1 - c0
+                    wall[i] += w1 - w0
+                    w0, c0 = w1, c1
                 if item is None and drop_none[i]:
                     item = _DROPPED
                     break
@@ -328,9 +339,10 @@ class ParallelMapNode(Node):
                     failure, exhausted = exn, True
                 if chunk:
                     pending.append(tuple(positions))
-                    # One chunk in eight is timed stage by stage (decided here: no counter is
-                    # shared between the pool threads).
-                    work = self._work_sampled if self.chunks % _SAMPLE_EVERY == 0 else self._work
+                    # Some chunks are timed stage by stage (decided here: no counter is shared
+                    # between the pool threads).
+                    every = _SAMPLE_EVERY if self.chunks < _SAMPLE_FIRST else _SAMPLE_LATER
+                    work = self._work_sampled if self.chunks % every == 0 else self._work
                     self.chunks += 1
                     self.sent += len(chunk)
                     inflight.append(threads.task(work, chunk))

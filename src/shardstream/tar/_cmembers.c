@@ -1,4 +1,5 @@
-/* The tar reader's fast path (see reader.py): the plain members of a buffer window, in C.
+/* The tar reader's fast path (see reader.py): the plain members of a buffer window, in C, and
+ * (group_members, further down) grouping.py's loop for the common members.
  *
  * plain_members(buf, start, end, base, threshold, limit) -> (members, start)
  *
@@ -159,10 +160,187 @@ error:
     return NULL;
 }
 
+/* ---- group_members: members -> samples (grouping.py's loop, for its common case) ----------
+ *
+ * group_members(members, i, sample, key, start, url, local_path, lcase, suffixes)
+ *     -> (done, i, sample, key, start)
+ *
+ * Takes members[i:] (a list of (name, data, offset) tuples, as plain_members returns them) into
+ * the sample in hand, exactly as grouping.group_samples' loop does, and returns the samples it
+ * completed as (sample, start, next, key) tuples (the cursor's values at each yield), the index
+ * of the first member it left alone, and the sample in hand after it (sample, key, start).
+ * It leaves alone, to grouping.py's Python loop, every member that is not the common case:
+ *
+ *   - a name starting with "__" (metadata, maybe: the Python loop has the pattern);
+ *   - a basename without a usable dot (the Python loop skips it);
+ *   - an extension starting with '_' (it could name __key__, __url__ or __local_path__), or one
+ *     the sample in hand already has (the Python loop raises the duplicate's error).
+ *
+ * Why C: with tiny samples the grouping loop was the largest part of the reading thread's time
+ * under the GIL, which caps thread mode (benchmarks/results/bench_scaling.md).
+ */
+
+#define EXT_MEMO 8
+
+static PyObject *
+group_members(PyObject *self, PyObject *args)
+{
+    PyObject *members, *sample, *key, *start, *url, *local_path, *suffixes;
+    Py_ssize_t i;
+    int lcase;
+    /* Extensions already made in this call, reused: one string object per extension, whose
+     * hash is computed once (the samples' dicts all take the same few keys). */
+    PyObject *memo[EXT_MEMO];
+    int memo_n = 0;
+
+    if (!PyArg_ParseTuple(args, "O!nOOOOOpO", &PyList_Type, &members, &i, &sample, &key, &start, &url,
+                          &local_path, &lcase, &suffixes))
+        return NULL;
+    PyObject *done = PyList_New(0);
+    if (done == NULL)
+        return NULL;
+    Py_INCREF(sample);
+    Py_INCREF(key);
+    Py_INCREF(start);
+    Py_ssize_t n = PyList_GET_SIZE(members);
+    for (; i < n; i++) {
+        PyObject *member = PyList_GET_ITEM(members, i);
+        if (!PyTuple_Check(member) || PyTuple_GET_SIZE(member) != 3)
+            break;
+        PyObject *name = PyTuple_GET_ITEM(member, 0);
+        PyObject *data = PyTuple_GET_ITEM(member, 1);
+        PyObject *offset = PyTuple_GET_ITEM(member, 2);
+        if (!PyUnicode_Check(name))
+            break;
+        Py_ssize_t len = PyUnicode_GET_LENGTH(name);
+        if (len >= 2 && PyUnicode_READ_CHAR(name, 0) == '_' && PyUnicode_READ_CHAR(name, 1) == '_')
+            break;
+        Py_ssize_t slash = PyUnicode_FindChar(name, '/', 0, len, -1);
+        if (slash == -2)
+            goto error;
+        Py_ssize_t dot = PyUnicode_FindChar(name, '.', slash + 1, len, 1);
+        if (dot == -2)
+            goto error;
+        if (dot <= slash + 1)
+            break;
+        if (dot + 1 < len && PyUnicode_READ_CHAR(name, dot + 1) == '_')
+            break;
+        /* The extension, lower-cased as str.lower() does (ASCII here; str.lower() otherwise). */
+        PyObject *ext = NULL;
+        Py_ssize_t ext_len = len - dot - 1;
+        int ascii = PyUnicode_IS_ASCII(name);
+        int upper = 0;
+        if (lcase && ascii) {
+            const Py_UCS1 *chars = PyUnicode_1BYTE_DATA(name) + dot + 1;
+            for (Py_ssize_t k = 0; k < ext_len; k++)
+                if (chars[k] >= 'A' && chars[k] <= 'Z')
+                    upper = 1;
+        }
+        if (!upper && (ascii || !lcase)) {
+            for (int m = 0; m < memo_n; m++) {
+                if (PyUnicode_GET_LENGTH(memo[m]) == ext_len && PyUnicode_Tailmatch(name, memo[m], dot + 1, len, 1) == 1) {
+                    ext = memo[m];
+                    Py_INCREF(ext);
+                    break;
+                }
+            }
+        }
+        if (ext == NULL) {
+            PyObject *raw = PyUnicode_Substring(name, dot + 1, len);
+            if (raw == NULL)
+                goto error;
+            if (lcase && (upper || !ascii)) {
+                ext = PyObject_CallMethod(raw, "lower", NULL);
+                Py_DECREF(raw);
+                if (ext == NULL)
+                    goto error;
+            } else {
+                ext = raw;
+                if (memo_n < EXT_MEMO) {
+                    Py_INCREF(ext);
+                    memo[memo_n++] = ext;
+                }
+            }
+        }
+        int same = sample != Py_None && PyUnicode_Check(key) && PyUnicode_GET_LENGTH(key) == dot &&
+                   PyUnicode_Tailmatch(name, key, 0, dot, -1) == 1;
+        if (same) {
+            int has = PyDict_Contains(sample, ext);
+            if (has != 0) {
+                Py_DECREF(ext);
+                if (has < 0)
+                    goto error;
+                break; /* a duplicate: the Python loop raises its error */
+            }
+        } else {
+            PyObject *prefix = PyUnicode_Substring(name, 0, dot);
+            if (prefix == NULL) {
+                Py_DECREF(ext);
+                goto error;
+            }
+            PyObject *fresh = PyDict_New();
+            if (fresh == NULL || PyDict_SetItemString(fresh, "__key__", prefix) < 0 ||
+                PyDict_SetItemString(fresh, "__url__", url) < 0 ||
+                (local_path != Py_None && PyDict_SetItemString(fresh, "__local_path__", local_path) < 0)) {
+                Py_XDECREF(fresh);
+                Py_DECREF(prefix);
+                Py_DECREF(ext);
+                goto error;
+            }
+            if (sample != Py_None) {
+                PyObject *entry = PyTuple_Pack(4, sample, start, offset, key);
+                if (entry == NULL || PyList_Append(done, entry) < 0) {
+                    Py_XDECREF(entry);
+                    Py_DECREF(fresh);
+                    Py_DECREF(prefix);
+                    Py_DECREF(ext);
+                    goto error;
+                }
+                Py_DECREF(entry);
+            }
+            Py_SETREF(sample, fresh);
+            Py_SETREF(key, prefix);
+            Py_INCREF(offset);
+            Py_SETREF(start, offset);
+        }
+        if (suffixes != Py_None) {
+            int keep = PySequence_Contains(suffixes, ext);
+            if (keep < 0) {
+                Py_DECREF(ext);
+                goto error;
+            }
+            if (!keep) {
+                Py_DECREF(ext);
+                continue;
+            }
+        }
+        int failed = PyDict_SetItem(sample, ext, data);
+        Py_DECREF(ext);
+        if (failed < 0)
+            goto error;
+    }
+    for (int m = 0; m < memo_n; m++)
+        Py_DECREF(memo[m]);
+    return Py_BuildValue("(NnNNN)", done, i, sample, key, start);
+
+error:
+    for (int m = 0; m < memo_n; m++)
+        Py_DECREF(memo[m]);
+    Py_DECREF(done);
+    Py_DECREF(sample);
+    Py_DECREF(key);
+    Py_DECREF(start);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"plain_members", plain_members, METH_VARARGS,
      "plain_members(buf, start, end, base, threshold, limit) -> (members, start): the plain regular "
      "members whole in buf[start:end] (see the module source); limit -1: unknown."},
+    {"group_members", group_members, METH_VARARGS,
+     "group_members(members, i, sample, key, start, url, local_path, lcase, suffixes) -> "
+     "(done, i, sample, key, start): grouping.py's loop over members[i:] for its common case "
+     "(see the module source)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -177,7 +355,8 @@ static PyModuleDef_Slot slots[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_cmembers",
-    "The tar reader's fast path for plain members (reader.py keeps the Python parse).", 0, methods,
+    "The tar reader's fast path for plain members and their grouping (reader.py and grouping.py "
+    "keep the Python code).", 0, methods,
     slots, NULL, NULL, NULL,
 };
 

@@ -5,6 +5,14 @@ extension is everything after that dot (lower-cased by default). Members whose b
 dot, or starts with a dot, belong to no sample and are skipped. Top-level ``__name__`` members and
 anything under a ``__name__/`` directory are metadata and skipped. A repeated extension within one
 sample is a format error, since one of the two values would otherwise be silently lost.
+
+The common member (a plain name, an extension the sample does not have yet) is grouped in C when
+the optional ``_cmembers`` extension is built (``group_members`` in ``_cmembers.c``): one call per
+run of members the reader hands over (:func:`~.reader.member_runs`), stopping at any other member,
+which the Python loop of :func:`group_runs` takes; without the extension that loop takes every
+member. With tiny samples the Python loop was the largest part of the reading thread's time, and
+in thread mode that thread's time per sample is part of the serial time that caps the loader
+(``benchmarks/results/bench_scaling.md``).
 """
 
 from __future__ import annotations
@@ -15,7 +23,17 @@ from typing import Any
 
 from ..errors import ShardFormatError
 
-__all__ = ["Cursor", "group_samples", "split_key"]
+#: The compiled loop for the common members (``_cmembers.c``), or ``None`` in an install built
+#: without a C compiler, which groups with the Python loop alone.
+_group_members: Callable[..., tuple[list[tuple[dict[str, Any], int, int, str]], int, Any, Any, int]] | None
+try:
+    from ._cmembers import group_members
+
+    _group_members = group_members
+except ImportError:
+    _group_members = None
+
+__all__ = ["Cursor", "group_runs", "group_samples", "split_key"]
 
 _META = re.compile(r"__[^/]*__($|/)")
 
@@ -73,46 +91,89 @@ def group_samples(
         rename_files: map member names before splitting them into key and extension.
         cursor: when given, its ``start``/``next`` offsets are set before each sample is yielded.
     """
+    return group_runs(
+        ([member] for member in members),
+        url,
+        local_path=local_path,
+        lcase=lcase,
+        suffixes=suffixes,
+        select_files=select_files,
+        rename_files=rename_files,
+        cursor=cursor,
+    )
+
+
+def group_runs(
+    runs: Iterable[list[tuple[str, bytes, int]]],
+    url: str,
+    *,
+    local_path: str | None = None,
+    lcase: bool = True,
+    suffixes: set[str] | None = None,
+    select_files: Callable[[str], bool] | None = None,
+    rename_files: Callable[[str], str] | None = None,
+    cursor: Cursor | None = None,
+) -> Iterator[dict[str, Any]]:
+    """:func:`group_samples` over lists of members (:func:`~.reader.member_runs`' output).
+
+    The compiled loop (``_cmembers.group_members``, when built) takes the common members of a
+    list in one call: a plain name, a new extension, no ``select_files`` or ``rename_files``. It
+    stops at any other member, which the Python loop below takes, so that every skip and error
+    has one implementation; without the extension the Python loop takes every member.
+    """
     if cursor is None:
         cursor = Cursor()
-    start = -1
+    fast = _group_members if select_files is None and rename_files is None else None
+    start: int = -1
     sample: dict[str, Any] | None = None
     key: str | None = None
     try:
-        for name, data, offset in members:
-            if name[:2] == "__" and _META.match(name):
-                continue
-            if rename_files is not None:
-                name = rename_files(name)
-            if select_files is not None and not select_files(name):
-                continue
-            # Inline split_key: this loop runs once per member on the hot path.
-            slash = name.rfind("/")
-            dot = name.find(".", slash + 1)
-            if dot <= slash + 1:
-                continue
-            prefix = name[:dot]
-            ext = name[dot + 1 :]
-            if lcase:
-                ext = ext.lower()
-            if prefix != key or sample is None:
-                if sample is not None:
-                    cursor.start, cursor.next, cursor.key = start, offset, key
-                    yield sample
-                start = offset
-                key = prefix
-                sample = {"__key__": prefix, "__url__": url}
-                if local_path is not None:
-                    sample["__local_path__"] = local_path
-            if ext in sample:
-                raise ShardFormatError(
-                    f"duplicate extension {ext!r} for key {prefix!r} (two members map to one field)",
-                    url=url,
-                    member=name,
-                    offset=offset,
-                )
-            if suffixes is None or ext in suffixes:
-                sample[ext] = data
+        for run in runs:
+            i, count = 0, len(run)
+            while i < count:
+                if fast is not None:
+                    done, i, sample, key, start = fast(
+                        run, i, sample, key, start, url, local_path, lcase, suffixes
+                    )
+                    for complete, cursor.start, cursor.next, cursor.key in done:
+                        yield complete
+                    if i >= count:
+                        break
+                name, data, offset = run[i]
+                i += 1
+                if name[:2] == "__" and _META.match(name):
+                    continue
+                if rename_files is not None:
+                    name = rename_files(name)
+                if select_files is not None and not select_files(name):
+                    continue
+                # Inline split_key: this loop runs once per member on the hot path.
+                slash = name.rfind("/")
+                dot = name.find(".", slash + 1)
+                if dot <= slash + 1:
+                    continue
+                prefix = name[:dot]
+                ext = name[dot + 1 :]
+                if lcase:
+                    ext = ext.lower()
+                if prefix != key or sample is None:
+                    if sample is not None:
+                        cursor.start, cursor.next, cursor.key = start, offset, key
+                        yield sample
+                    start = offset
+                    key = prefix
+                    sample = {"__key__": prefix, "__url__": url}
+                    if local_path is not None:
+                        sample["__local_path__"] = local_path
+                if ext in sample:
+                    raise ShardFormatError(
+                        f"duplicate extension {ext!r} for key {prefix!r} (two members map to one field)",
+                        url=url,
+                        member=name,
+                        offset=offset,
+                    )
+                if suffixes is None or ext in suffixes:
+                    sample[ext] = data
     except ShardFormatError as err:
         # The shard broke while reading a member. If that member already belongs to the next
         # key, the sample in hand is complete: deliver it before the error reaches the handler.

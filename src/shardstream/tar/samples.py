@@ -18,9 +18,9 @@ from typing import Any, BinaryIO
 from ..errors import ConfigurationError
 from ..sources import Source, local_path_of, scheme_of
 from ..sources.file import local_path
-from .grouping import Cursor, group_samples
+from .grouping import Cursor, group_runs, group_samples
 from .index import IndexEntry, read_counts, write_index
-from .reader import DEFAULT_BLOCKSIZE, DEFAULT_MAX_MEMBER_SIZE, iter_members
+from .reader import DEFAULT_BLOCKSIZE, DEFAULT_MAX_MEMBER_SIZE, member_runs
 from .walk import walk_members, walkable
 
 __all__ = ["Cursor", "TarFormat"]
@@ -96,7 +96,7 @@ class TarFormat:
         if path is None and scheme_of(url) == "file":
             path = local_path(url)
         try:
-            members = iter_members(
+            runs = member_runs(
                 stream,
                 url,
                 blocksize=self.blocksize,
@@ -105,9 +105,9 @@ class TarFormat:
                 max_member_size=self.max_member_size,
             )
             if start < offset:
-                members = (m for m in members if m[2] >= offset)
-            yield from group_samples(
-                members,
+                runs = ([m for m in run if m[2] >= offset] for run in runs)
+            yield from group_runs(
+                runs,
                 url,
                 local_path=path,
                 select_files=self.select_files,
