@@ -1,6 +1,7 @@
 """Thread mode's pool: a batch the training loop waits for goes before the chunks queued, the
 pool's light tasks keep the meaning of futures (values, errors, cancelling on close), and the
-chunks hold at least one item per thread in thread mode, one item at least in worker processes."""
+chunks hold at least one item per thread in thread mode, one item at least in worker processes;
+which chunks the GIL check times."""
 
 from __future__ import annotations
 
@@ -164,3 +165,43 @@ def test_closing_a_run_stops_the_chunks_it_left_running(tmp_path: Path) -> None:
         late = [t for t in started if t > closed]
         assert len(late) <= 8, f"{len(late)} items started after the run was closed"
         assert len(started) < 400
+
+
+def test_a_run_times_one_chunk_in_eight_first_then_one_in_64(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The GIL check's timed chunks: one in eight of a run's first 256 (``stats()`` has figures
+    early), one in 64 after (the thread CPU clock is a system call per stage call)."""
+    from shardstream.pipeline import parallel
+
+    kinds: list[str] = []
+    lock = threading.Lock()
+    plain, sampled = parallel.ParallelMapNode._work, parallel.ParallelMapNode._work_sampled
+
+    def counted(kind: str, work: Any) -> Any:
+        def run(self: Any, items: list[Any]) -> Any:
+            with lock:
+                kinds.append(kind)
+            return work(self, items)
+
+        return run
+
+    # Submitted in order by the run's one reading thread; the pool runs them in any order, so
+    # the test counts them, which the order does not change.
+    monkeypatch.setattr(parallel.ParallelMapNode, "_work", counted("plain", plain))
+    monkeypatch.setattr(parallel.ParallelMapNode, "_work_sampled", counted("sampled", sampled))
+
+    def slow(sample: dict[str, Any]) -> int:
+        time.sleep(0.004)  # the chunks hold the pool's floor, 2 items: 350 chunks
+        return int(sample["cls"])
+
+    urls = write_shards(tmp_path, [700])
+    pipeline = ss.ShardStream(urls, shuffle_shards=False).map(slow)
+    with ss.Loader(pipeline, batch_size=10, num_threads=2, collate_fn=list) as loader:
+        assert sum(len(batch) for batch in loader) == 700
+        threads = loader.stats()["threads"]
+    chunks = len(kinds)
+    expected = sum(1 for k in range(chunks) if k % (8 if k < 256 else 64) == 0)
+    assert chunks > 300, f"{chunks} chunks: the run hardly left its first 256"
+    assert kinds.count("sampled") == expected
+    assert threads, "no stage timed"
