@@ -127,3 +127,21 @@ def test_group_samples_takes_the_compiled_loop_too() -> None:
         "jpg": b"k0.JPG" * 3,
         "cls": b"k0.cls" * 3,
     }
+
+
+def test_the_compiled_loop_holds_each_member_while_python_code_runs() -> None:
+    """A ``suffixes`` object is asked in Python; one that empties the run must not leave the
+    loop with a freed member (it stops at the end of the shorter run)."""
+    run = [("a.jpg", b"1", 0), ("a.txt", b"2", 512), ("b.jpg", b"3", 1024)]
+
+    class Emptying:
+        def __contains__(self, ext: object) -> bool:
+            run.clear()
+            return True
+
+    group: Callable[..., Any] = grouping._group_members  # type: ignore[assignment]
+    done, i, sample, key, start = group(run, 0, None, None, -1, "u", None, True, Emptying())
+    assert (done, i, key, start) == ([], 1, "a", 0)
+    assert sample == {"__key__": "a", "__url__": "u", "jpg": b"1"}
+    with pytest.raises(ValueError, match="negative index"):
+        group([], -1, None, None, -1, "u", None, True, None)

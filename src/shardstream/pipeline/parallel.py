@@ -92,7 +92,8 @@ crosses threads, and what guards it:
 * ``loader/threads.py``: a ``queue.Queue`` between the producer and the training loop, an
   ``Event`` to stop; ``loader/buffers.py``: a lock around lending, returning and counting;
 * the tar reader's compiled fast path (``tar/_cmembers.c``): no state, declared to need no GIL
-  (a free-threaded CPython keeps its GIL off when it is imported);
+  (a free-threaded CPython keeps its GIL off when it is imported); its grouping fills the
+  sample in hand, which the reading thread alone holds until the sample is yielded;
 * the stages' functions on the pool: shardstream's keep nothing shared that a call changes,
   except the JPEG backends' memo (``decoders/_jpeg.py``, a dict filled once per backend, where
   two threads filling it at once store the same value). A user's map function runs on several

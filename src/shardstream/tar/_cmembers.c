@@ -196,15 +196,21 @@ group_members(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "O!nOOOOOpO", &PyList_Type, &members, &i, &sample, &key, &start, &url,
                           &local_path, &lcase, &suffixes))
         return NULL;
+    if (i < 0 || (sample != Py_None && !PyDict_Check(sample))) {
+        PyErr_SetString(PyExc_ValueError, "group_members: a negative index, or a sample that is not a dict");
+        return NULL;
+    }
     PyObject *done = PyList_New(0);
     if (done == NULL)
         return NULL;
     Py_INCREF(sample);
     Py_INCREF(key);
     Py_INCREF(start);
-    Py_ssize_t n = PyList_GET_SIZE(members);
-    for (; i < n; i++) {
-        PyObject *member = PyList_GET_ITEM(members, i);
+    /* The member is held for its turn (its name, data and offset are borrowed from it): a
+     * suffixes object's __contains__ is Python code, which could change the list. */
+    PyObject *member = NULL;
+    for (; i < PyList_GET_SIZE(members); i++) {
+        Py_XSETREF(member, Py_NewRef(PyList_GET_ITEM(members, i)));
         if (!PyTuple_Check(member) || PyTuple_GET_SIZE(member) != 3)
             break;
         PyObject *name = PyTuple_GET_ITEM(member, 0);
@@ -319,11 +325,13 @@ group_members(PyObject *self, PyObject *args)
         if (failed < 0)
             goto error;
     }
+    Py_XDECREF(member);
     for (int m = 0; m < memo_n; m++)
         Py_DECREF(memo[m]);
     return Py_BuildValue("(NnNNN)", done, i, sample, key, start);
 
 error:
+    Py_XDECREF(member);
     for (int m = 0; m < memo_n; m++)
         Py_DECREF(memo[m]);
     Py_DECREF(done);
