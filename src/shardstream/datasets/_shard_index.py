@@ -30,10 +30,10 @@ import numpy.typing as npt
 from ..errors import ConfigurationError, IndexFormatError, ShardNotFoundError, redact_url
 from ..forks import ForkSafeLock, GatedExecutor
 from ..sources import Source
-from ..tar.grouping import Cursor, group_samples
+from ..tar.grouping import Cursor, group_runs, group_samples
 from ..tar.index import CountTable, IndexEntry, index_url, read_counts, read_index_entries, sample_sizes
 from ..tar.offsets import decode_sidecar, missing_sidecar, sidecar_length, sidecar_url
-from ..tar.reader import iter_members
+from ..tar.reader import member_runs
 from ..tar.walk import walk_members, walkable
 from ..tar.writer import END_OF_ARCHIVE
 
@@ -244,9 +244,9 @@ def scan_offsets(source: Source, url: str) -> tuple[list[int], list[int]]:
         counting.nread = len(head)
         if head == b"\x1f\x8b":
             raise ConfigurationError(_compressed(url))
-        members = iter_members(_Prefixed(head, counting), url)
+        runs = member_runs(_Prefixed(head, counting), url)
         cursor = Cursor()
-        offsets = [cursor.start for _ in group_samples(members, url, cursor=cursor)]
+        offsets = [cursor.start for _ in group_runs(runs, url, cursor=cursor)]
         while counting.read(1 << 16):  # the end-of-archive blocks and any padding after them
             pass
     finally:

@@ -18,8 +18,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..errors import ShardFormatError
-from .grouping import group_samples
-from .reader import DEFAULT_MAX_MEMBER_SIZE, iter_members
+from .grouping import group_runs
+from .reader import DEFAULT_MAX_MEMBER_SIZE, member_runs
 
 __all__ = ["RangeMismatch", "parse_sample", "split_range"]
 
@@ -67,7 +67,7 @@ def parse_sample(
         RangeMismatch: ``data`` is not exactly one sample (see the module doc).
     """
     stream = io.BytesIO(b"".join((data, _END)))
-    members = iter_members(
+    runs = member_runs(
         stream,
         url,
         blocksize=max(len(data) + len(_END), 1 << 12),  # one buffer, sized to the range
@@ -76,7 +76,7 @@ def parse_sample(
     )
     samples: list[dict[str, Any]] = []
     try:
-        for sample in group_samples(members, url, local_path=local_path):
+        for sample in group_runs(runs, url, local_path=local_path):
             samples.append(sample)
             if len(samples) > 1:
                 break
